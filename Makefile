@@ -1,0 +1,13 @@
+# The two commands of the README's quickstart.
+.PHONY: up test setup
+
+setup:
+	@./scripts/bootstrap.sh
+
+# Start the whole local stack: redis-server, a Celery worker and the API on localhost.
+up: setup
+	@.venv/bin/fusewire up
+
+# Run the whole test suite (exit 5, "no tests collected", counts as failure).
+test: setup
+	@TRITON_INTERPRET=1 .venv/bin/python -m pytest -q tests

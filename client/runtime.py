@@ -1,0 +1,158 @@
+"""Runs an artifact: follows its launch plan, launching kernels and extern ATen calls.
+
+    run = load(artifact)            # an Artifact or its bytes
+    outputs = run(*inputs)          # list of tensors
+
+On CPU tensors the kernels run under Triton's interpreter (TRITON_INTERPRET=1 is set
+for the kernels this module loads). On a GPU, kernels run from the artifact's cubins
+when it carries them for this device, else from source through Triton's JIT.
+Extern calls are limited to ATen/prims ops (`ALLOWED_NAMESPACES`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from compiler.artifact import Artifact
+
+ALLOWED_NAMESPACES = ("aten", "prims")
+
+if not torch.cuda.is_available():
+    # Triton picks interpreter or compiler when it is imported: decide before anyone imports it.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+class RuntimeError_(RuntimeError):
+    """The artifact cannot run with these inputs (or at all); the message says why."""
+
+
+def load(artifact: Artifact | bytes) -> "CompiledGraph":
+    if isinstance(artifact, (bytes, bytearray)):
+        artifact = Artifact.from_bytes(bytes(artifact))
+    return CompiledGraph(artifact)
+
+
+class CompiledGraph:
+    def __init__(self, artifact: Artifact) -> None:
+        self.artifact = artifact
+        self.plan = artifact.plan
+        self._kernels: dict[str, dict[str, Any]] = {}  # device type -> name -> launcher
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        self._check_inputs(inputs)
+        device = inputs[0].device if inputs else torch.device("cpu")
+        kernels = self._kernels_for(device)
+        env: dict[str, torch.Tensor] = {spec["buffer"]: t for spec, t in zip(self.plan["inputs"], inputs)}
+        for step in self.plan["steps"]:
+            op = step["op"]
+            if op == "alloc":
+                meta = self.plan["buffers"][step["buffer"]]
+                env[step["buffer"]] = torch.empty(meta["numel"], dtype=getattr(torch, meta["dtype"]), device=device)
+            elif op == "free":
+                env.pop(step["buffer"], None)
+            elif op == "kernel":
+                self._launch(kernels[step["kernel"]], step, env)
+            elif op == "extern":
+                self._extern(step, env, device)
+            else:
+                raise RuntimeError_(f"unknown plan step {op!r}")
+        return [_view(env[o["buffer"]], o) for o in self.plan["outputs"]]
+
+    def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
+        specs = self.plan["inputs"]
+        if len(inputs) != len(specs):
+            raise RuntimeError_(f"expected {len(specs)} inputs, got {len(inputs)}")
+        for i, (spec, tensor) in enumerate(zip(specs, inputs)):
+            got = (list(tensor.shape), list(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
+            want = (spec["size"], spec["stride"], spec["dtype"])
+            if got != want and not _equivalent_strides(tensor, spec):
+                raise RuntimeError_(f"input {i}: compiled for shape/stride/dtype {want}, got {got}")
+
+    def _kernels_for(self, device: torch.device) -> dict[str, Any]:
+        if device.type not in self._kernels:
+            self._kernels[device.type] = {k["name"]: _load_kernel(self.artifact, k, device) for k in self.artifact.manifest["kernels"]}
+        return self._kernels[device.type]
+
+    @staticmethod
+    def _launch(kernel: Any, step: dict[str, Any], env: dict[str, torch.Tensor]) -> None:
+        config = step["config"]
+        args = [env[name] for name in step["args"]]
+        grid = tuple(step["grid"])
+        kernel[grid](*args, step["xnumel"], step["rnumel"], XBLOCK=config["XBLOCK"], RBLOCK=config["RBLOCK"],
+                     num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
+
+    @staticmethod
+    def _extern(step: dict[str, Any], env: dict[str, torch.Tensor], device: torch.device) -> None:
+        namespace, name, overload = step["target"].split(".")
+        if namespace not in ALLOWED_NAMESPACES:
+            raise RuntimeError_(f"extern call to {step['target']} is not allowed")
+        op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
+        args = [_extern_value(a, env, device) for a in step["args"]]
+        kwargs = {k: _extern_value(v, env, device) for k, v in step["kwargs"].items()}
+        result = op(*args, **kwargs)
+        results = [result] if isinstance(result, torch.Tensor) else list(result)
+        for buffer, tensor, layout in zip(step["outputs"], results, step["layouts"]):
+            if list(tensor.stride()) != layout["stride"] and tensor.numel() > 1:
+                tensor = torch.empty_strided(layout["size"], layout["stride"], dtype=tensor.dtype, device=device).copy_(tensor)
+            env[buffer] = tensor
+
+
+def _equivalent_strides(tensor: torch.Tensor, spec: dict[str, Any]) -> bool:
+    """Strides of size-1 dims never matter."""
+    if list(tensor.shape) != spec["size"] or str(tensor.dtype).removeprefix("torch.") != spec["dtype"]:
+        return False
+    return all(s == 1 or a == b for s, a, b in zip(spec["size"], tensor.stride(), spec["stride"]))
+
+
+def _view(base: torch.Tensor, layout: dict[str, Any]) -> torch.Tensor:
+    return base.as_strided(layout["size"], layout["stride"], base.storage_offset() + layout["offset"])
+
+
+def _extern_value(value: Any, env: dict[str, torch.Tensor], device: torch.device) -> Any:
+    if isinstance(value, list):
+        return [_extern_value(v, env, device) for v in value]
+    if isinstance(value, dict):
+        if "tensor" in value:
+            return _view(env[value["tensor"]["buffer"]], value["tensor"])
+        if "dtype" in value:
+            return getattr(torch, value["dtype"])
+        if "device" in value:
+            return device
+        if "float" in value:
+            return float(value["float"])
+        if "layout" in value:
+            return getattr(torch, value["layout"])
+        if "memory_format" in value:
+            return getattr(torch, value["memory_format"])
+    return value
+
+
+def _load_kernel(artifact: Artifact, entry: dict[str, Any], device: torch.device) -> Any:
+    if device.type == "cuda" and entry.get("cubin"):
+        from client.cubin import CubinKernel
+
+        return CubinKernel(entry, artifact.files[entry["cubin"]])
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError_("CPU tensors run under Triton's interpreter: set TRITON_INTERPRET=1 before importing triton")
+    # Triton reads a kernel's source back from its file, so kernels are imported from disk.
+    path = _kernel_cache_dir(artifact.key) / f"{entry['name']}.py"
+    source = artifact.kernel_source(entry)
+    if not path.exists() or path.read_text() != source:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(source)
+        partial.replace(path)
+    spec = importlib.util.spec_from_file_location(f"fusewire_kernels.k{artifact.key[:16]}.{entry['name']}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, entry["name"])
+
+
+def _kernel_cache_dir(key: str) -> Path:
+    root = Path(os.environ.get("FUSEWIRE_CACHE_DIR", Path.home() / ".cache" / "fusewire"))
+    return root / "kernels" / key

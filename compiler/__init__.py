@@ -1,0 +1,44 @@
+"""The fusewire compiler: wire graph -> lowering -> scheduler -> codegen -> artifact.
+
+`compile()` below is the whole pipeline, one stage per line. The stages are imported
+inside it because the API process imports `compiler.graph` and must not pay for (or
+even have) torch and triton.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from compiler.options import CompileOptions
+
+if TYPE_CHECKING:
+    from compiler.artifact import Artifact
+    from compiler.graph import Graph
+
+__all__ = ["compile", "CompileOptions"]
+
+
+def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict | None = None, progress=None) -> "Artifact":
+    """Compiles a validated wire graph for `target` ("cpu" or "cuda:sm_90") into an Artifact.
+
+    `progress(stage, fraction)` is called as stages finish, for job reporting.
+    """
+    from compiler import graph as wire
+    from compiler.artifact import build_artifact
+    from compiler.codegen import generate
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    report = progress or (lambda stage, fraction: None)
+    options = options if isinstance(options, CompileOptions) else CompileOptions.model_validate(options or {})
+    wire.validate_target(target)
+    report("lowering", 0.0)
+    program = lower(graph)
+    report("scheduling", 0.25)
+    scheduled = schedule(program, options)
+    report("codegen", 0.5)
+    generated = generate(scheduled, target, options)
+    report("packaging", 0.9)
+    artifact = build_artifact(graph, target, options, generated)
+    report("done", 1.0)
+    return artifact

@@ -1,0 +1,82 @@
+"""Stage 4: Triton source for every kernel group, and the launch plan that runs them.
+
+`generate(schedule, target, options)` returns a `Generated`: kernel sources (one file
+per kernel), their launch configs, and the plan (data, not code) that the runtime
+follows: allocate, launch, call extern ATen ops, free, return outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from compiler.codegen.heuristics import launch_config
+from compiler.codegen.kernel import KernelWriter, assemble, write_node
+from compiler.codegen.plan import build_plan
+from compiler.options import CompileOptions
+from compiler.scheduler import KernelGroup, Schedule
+
+INT32_LIMIT = 2**31 - 1
+
+
+@dataclass
+class KernelSource:
+    name: str
+    source: str
+    arguments: list[str]  # buffer names, in the kernel's pointer-argument order
+    numel: int
+    rnumel: int
+    config: dict[str, Any]
+    nodes: list[str]
+    origins: list[str]
+    cubin: bytes | None = None
+    cubin_metadata: dict[str, Any] | None = None
+
+
+@dataclass
+class Generated:
+    kernels: list[KernelSource]
+    plan: dict[str, Any]
+    fusion_log: dict[str, Any]
+    autotune_note: str
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def kernel_entries(self) -> list[dict[str, Any]]:
+        entries = []
+        for k in self.kernels:
+            entry = {"name": k.name, "source": f"kernels/{k.name}.py", "numel": k.numel, "rnumel": k.rnumel,
+                     "config": k.config, "nodes": k.nodes, "origins": k.origins}
+            if k.cubin is not None:
+                entry["cubin"] = f"cubins/{k.name}.cubin"
+                entry["cubin_metadata"] = k.cubin_metadata
+            entries.append(entry)
+        return entries
+
+
+def generate(schedule: Schedule, target: str, options: CompileOptions) -> Generated:
+    buffers = schedule.program.buffers
+    dtypes = {name: b.dtype for name, b in buffers.items()}
+    kernels = [generate_kernel(step, dtypes, buffers, portable_math=target == "cpu") for step in schedule.steps if isinstance(step, KernelGroup)]
+    plan = build_plan(schedule, {k.name: k for k in kernels})
+    files = {f"kernels/{k.name}.py": k.source.encode() for k in kernels}
+    note = "heuristic launch configs: autotuning runs only on GPU workers"
+    return Generated(kernels, plan, schedule.fusion_log, note, files)
+
+
+def generate_kernel(group: KernelGroup, dtypes: dict[str, str], buffers: dict, portable_math: bool) -> KernelSource:
+    touched = {s.buffer.name for n in group.nodes for s in n.stores}
+    largest = max([group.numel * group.rnumel] + [buffers[b].layout.storage_numel() for b in touched])
+    writer = KernelWriter(group.name, group.is_reduction, "int64" if largest > INT32_LIMIT else "int32", dtypes, portable_math)
+    for node in group.nodes:
+        write_node(writer, node)
+    if any(buffers[b].layout.storage_numel() > INT32_LIMIT for b in writer.pointers) and writer.index_dtype == "int32":
+        writer = KernelWriter(group.name, group.is_reduction, "int64", dtypes, portable_math)
+        for node in group.nodes:
+            write_node(writer, node)
+    arguments = list(writer.pointers)
+    source = assemble(writer, [writer.pointers[b] for b in arguments])
+    return KernelSource(
+        name=group.name, source=source, arguments=arguments, numel=group.numel, rnumel=group.rnumel,
+        config=launch_config(group.numel, group.rnumel, group.is_reduction),
+        nodes=[n.name for n in group.nodes], origins=sorted({o for n in group.nodes for o in n.origins}),
+    )

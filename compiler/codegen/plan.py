@@ -1,0 +1,101 @@
+"""The launch plan: the ordered steps the runtime follows, as plain data.
+
+    {"inputs": [...], "buffers": {name: {numel, dtype}}, "steps": [
+        {"op": "alloc", "buffer": ...},
+        {"op": "kernel", "kernel": name, "args": [buffer...], "xnumel", "rnumel", "grid": [...], "config": {...}},
+        {"op": "extern", "target": "aten.mm.default", "args": [...], "kwargs": {...}, "outputs": [...]},
+        {"op": "free", "buffer": ...}],
+     "outputs": [{"buffer", "size", "stride", "offset", "dtype"}]}
+
+A buffer is allocated right before its first writer and freed right after its last
+reader; graph inputs, outputs and extern results (ATen allocates those) are never
+allocated by the plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.ir import ExternNode, TensorArg
+from compiler.scheduler import KernelGroup, Schedule
+
+
+def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
+    program = schedule.program
+    inputs = {b.name for b in program.inputs}
+    outputs = {o.buffer.name for o in program.outputs}
+    step_buffers = [_buffers_of(step, kernels) for step in schedule.steps]
+    last_use = {}
+    for i, used in enumerate(step_buffers):
+        for name in used:
+            last_use[name] = i
+    steps: list[dict[str, Any]] = []
+    allocated: set[str] = set()
+    for i, step in enumerate(schedule.steps):
+        if isinstance(step, KernelGroup):
+            kernel = kernels[step.name]
+            for name in kernel.arguments:
+                if name not in inputs and name not in allocated and program.buffers[name].kind == "computed":
+                    steps.append({"op": "alloc", "buffer": name})
+                    allocated.add(name)
+            if kernel.numel > 0:
+                steps.append(_kernel_step(kernel))
+        else:
+            steps.append(_extern_step(step))
+        for name in sorted(step_buffers[i]):
+            if last_use[name] == i and name not in inputs and name not in outputs:
+                steps.append({"op": "free", "buffer": name})
+    return {
+        "inputs": [{"buffer": b.name, **b.layout.to_json()} for b in program.inputs],
+        "buffers": {name: {"numel": program.buffers[name].layout.storage_numel(), "dtype": program.buffers[name].dtype}
+                    for name in sorted(allocated)},
+        "steps": steps,
+        "outputs": [{"buffer": o.buffer.name, **o.layout.to_json()} for o in program.outputs],
+    }
+
+
+def _buffers_of(step: Any, kernels: dict[str, Any]) -> set[str]:
+    if isinstance(step, KernelGroup):
+        return set(kernels[step.name].arguments)
+    return {t.buffer.name for t in step.tensor_args()} | {b.name for b in step.outputs}
+
+
+def _kernel_step(kernel: Any) -> dict[str, Any]:
+    config = kernel.config
+    grid = [-(-kernel.numel // config["XBLOCK"]), 1, 1]
+    return {"op": "kernel", "kernel": kernel.name, "args": kernel.arguments, "xnumel": kernel.numel,
+            "rnumel": kernel.rnumel, "grid": grid, "config": config}
+
+
+def _extern_step(node: ExternNode) -> dict[str, Any]:
+    return {"op": "extern", "target": node.target, "args": [_extern_arg(a) for a in node.args],
+            "kwargs": {k: _extern_arg(v) for k, v in node.kwargs.items()}, "outputs": [b.name for b in node.outputs],
+            "layouts": [b.layout.to_json() for b in node.outputs]}
+
+
+def _extern_arg(value: Any) -> Any:
+    if isinstance(value, TensorArg):
+        return {"tensor": value.to_json()}
+    if isinstance(value, (list, tuple)):
+        return [_extern_arg(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return {"float": "nan"}
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return {"float": "inf" if value > 0 else "-inf"}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return _special(value)
+
+
+def _special(value: Any) -> dict[str, str]:
+    import torch
+
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": "target"}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    raise TypeError(f"extern argument {value!r} cannot go into a plan")

@@ -1,0 +1,100 @@
+"""Read/write memory dependencies of IR nodes, found by running a node's body under a
+handler that records loads instead of generating code.
+
+`MemoryDep(buffer, index, ranges)` is one access pattern: the index expression in the
+node's own iteration variables. The scheduler compares them to decide whether a
+consumer reads exactly what a producer wrote at the same point (fusable), and to order
+mutations after earlier reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+
+from compiler.indexing import Expr, index_symbol
+from compiler.ir import ComputeNode, ExternNode, Node
+from compiler.ops import BINARY_OPS, UNARY_OPS
+
+
+@dataclass(frozen=True)
+class MemoryDep:
+    buffer: str
+    index: Expr
+    ranges: tuple[int, ...]  # iteration space: ranges + reduction_ranges of the node
+
+
+@dataclass(frozen=True)
+class StarDep:
+    """A dependency on a whole buffer with no known pattern (extern calls, indirect loads)."""
+
+    buffer: str
+
+
+Dep = MemoryDep | StarDep
+
+
+@dataclass
+class ReadWrites:
+    reads: set[Dep] = field(default_factory=set)
+    writes: set[Dep] = field(default_factory=set)
+
+    def read_buffers(self) -> set[str]:
+        return {d.buffer for d in self.reads}
+
+    def write_buffers(self) -> set[str]:
+        return {d.buffer for d in self.writes}
+
+
+class _Value:
+    """Placeholder value; recording cares only about loads."""
+
+
+class DependencyRecorder:
+    def __init__(self, ranges: tuple[int, ...]) -> None:
+        self.ranges = ranges
+        self.reads: set[Dep] = set()
+        self._indirect = 0
+
+    def load(self, name: str, index: Expr) -> _Value:
+        if any(str(s).startswith("indirect") for s in index.free_symbols):
+            self.reads.add(StarDep(name))
+        else:
+            self.reads.add(MemoryDep(name, sympy.expand(index), self.ranges))
+        return _Value()
+
+    def indirect(self, value: Any, size: int) -> sympy.Symbol:
+        self._indirect += 1
+        return sympy.Symbol(f"indirect{self._indirect}", integer=True)
+
+    def masked(self, mask: Any, body: Any, other: Any) -> _Value:
+        body()
+        return _Value()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in UNARY_OPS or name in BINARY_OPS or name in ("constant", "index_expr", "to_dtype", "where"):
+            return lambda *args, **kwargs: _Value()
+        raise AttributeError(name)
+
+
+def node_index_symbols(node: ComputeNode) -> tuple[list[Expr], list[Expr]]:
+    index = [index_symbol("x", i) if s != 1 else sympy.Integer(0) for i, s in enumerate(node.ranges)]
+    rindex = [index_symbol("r", i) if s != 1 else sympy.Integer(0) for i, s in enumerate(node.reduction_ranges)]
+    return index, rindex
+
+
+def extract_read_writes(node: Node) -> ReadWrites:
+    if isinstance(node, ExternNode):
+        reads = {StarDep(t.buffer.name) for t in node.tensor_args()}
+        writes = {StarDep(b.name) for b in node.outputs} | {StarDep(b.name) for b in node.mutated}
+        return ReadWrites(reads, writes)
+    index, rindex = node_index_symbols(node)
+    recorder = DependencyRecorder(node.ranges + node.reduction_ranges)
+    node.body(recorder, index, rindex)
+    writes: set[Dep] = set()
+    for store in node.stores:
+        out_index = store.layout.index(index)
+        writes.add(MemoryDep(store.buffer.name, sympy.expand(out_index), node.ranges + node.reduction_ranges))
+    return ReadWrites(recorder.reads, writes)

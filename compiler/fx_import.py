@@ -1,0 +1,242 @@
+"""torch.fx <-> wire format: capture an ATen-level GraphModule as a wire Graph, and run
+any wire Graph eagerly with ATen ops (the reference every compiled kernel is checked
+against).
+
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    outputs = run_eager(graph, inputs)          # list of tensors
+    inputs = random_inputs(graph, seed=0)        # random data with the graph's layouts
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from compiler.graph import (
+    NON_FINITE, DeviceArg, DtypeArg, FloatArg, Graph, GraphValidationError, LayoutArg, MemoryFormatArg, Node,
+    Ref, TensorSpec, validate_graph,
+)
+from compiler.options import Limits
+
+
+class ConversionError(ValueError):
+    """An fx graph holds something wire format v1 cannot express; says which node."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+# ---------------------------------------------------------------------------------
+# fx -> wire
+# ---------------------------------------------------------------------------------
+
+
+def from_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Graph:
+    """Converts an ATen-level GraphModule (make_fx / aot_autograd output) to a wire Graph."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise ConversionError(f"graph has {len(placeholders)} inputs, {len(example_inputs)} example inputs given")
+    inputs = [_tensor_spec(n, t) for n, t in zip(placeholders, example_inputs)]
+    refs: dict[torch.fx.Node, Ref] = {n: Ref(ref=spec.name) for n, spec in zip(placeholders, inputs)}
+    nodes: list[Node] = []
+    outputs: list[Ref] = []
+    for fx_node in gm.graph.nodes:
+        if fx_node.op == "placeholder":
+            continue
+        if fx_node.op == "output":
+            outputs = [_output_ref(value, i, refs) for i, value in enumerate(_flatten(fx_node.args[0]))]
+        elif fx_node.op == "call_function" and fx_node.target is operator.getitem:
+            source, index = fx_node.args
+            refs[fx_node] = Ref(ref=refs[source].ref, index=index)
+        elif fx_node.op == "call_function" and isinstance(fx_node.target, torch._ops.OpOverload):
+            name = _wire_name(fx_node.name)
+            nodes.append(Node(
+                name=name,
+                target=str(fx_node.target),
+                args=[_to_arg(a, fx_node, refs) for a in fx_node.args],
+                kwargs={k: _to_arg(v, fx_node, refs) for k, v in fx_node.kwargs.items()},
+            ))
+            refs[fx_node] = Ref(ref=name)
+        else:
+            raise _not_an_op(fx_node)
+    graph = Graph(version=1, inputs=inputs, nodes=nodes, outputs=outputs)
+    try:
+        validate_graph(graph, Limits())
+    except GraphValidationError as exc:
+        raise ConversionError(f"the captured graph breaks a wire-format rule: {exc}") from None
+    return graph
+
+
+def _not_an_op(fx_node: torch.fx.Node) -> ConversionError:
+    if fx_node.op == "get_attr":
+        users = ", ".join(f"'{user.name}'" for user in fx_node.users) or "no node"
+        return ConversionError(
+            f"node '{fx_node.name}' reads the module attribute '{fx_node.target}' (a constant tensor captured "
+            f"from the traced function, used by {users}); wire format v1 has no constants: pass it as an input"
+        )
+    return ConversionError(
+        f"node '{fx_node.name}' ({fx_node.op} {fx_node.target}) is not an ATen op call; "
+        "capture the function with make_fx or aot_autograd so that it holds ATen ops only"
+    )
+
+
+def _wire_name(name: str) -> str:
+    return name if name[:1].isalpha() or name[:1] == "_" else f"_{name}"
+
+
+def _tensor_spec(node: torch.fx.Node, example: Any) -> TensorSpec:
+    if not isinstance(example, torch.Tensor):
+        raise ConversionError(f"input '{node.name}' is {type(example).__name__}, not a tensor")
+    return TensorSpec(
+        name=_wire_name(node.name),
+        dtype=dtype_name(example.dtype),
+        shape=list(example.shape),
+        stride=list(example.stride()),
+    )
+
+
+def _flatten(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return [item for v in value for item in _flatten(v)]
+    return [value]
+
+
+def _output_ref(value: Any, position: int, refs: dict[torch.fx.Node, Ref]) -> Ref:
+    if not isinstance(value, torch.fx.Node):
+        raise ConversionError(f"output {position} is {value!r}, not a tensor; wire format v1 outputs tensors only")
+    return refs[value]
+
+
+def _to_arg(value: Any, owner: torch.fx.Node, refs: dict[torch.fx.Node, Ref]) -> Any:
+    if isinstance(value, torch.fx.Node):
+        if value not in refs:
+            raise ConversionError(f"node '{owner.name}' uses '{value.name}', which is not a tensor the wire format can name")
+        return refs[value]
+    if isinstance(value, (list, tuple)):
+        return [_to_arg(v, owner, refs) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return FloatArg(float="nan")
+        if math.isinf(value):
+            return FloatArg(float="inf" if value > 0 else "-inf")
+        return value
+    if isinstance(value, torch.dtype):
+        return DtypeArg(dtype=dtype_name(value))
+    if isinstance(value, torch.device):
+        return DeviceArg(device=value.type)
+    if isinstance(value, torch.layout):
+        return LayoutArg(layout=str(value).removeprefix("torch."))
+    if isinstance(value, torch.memory_format):
+        return MemoryFormatArg(memory_format=str(value).removeprefix("torch."))
+    if isinstance(value, torch.Tensor):
+        raise ConversionError(f"node '{owner.name}' takes a constant tensor of shape {list(value.shape)} as an argument; "
+                              "wire format v1 has no constants: pass it as an input")
+    raise ConversionError(f"node '{owner.name}' has an argument of type {type(value).__name__} ({value!r}) that wire format v1 cannot express")
+
+
+# ---------------------------------------------------------------------------------
+# wire -> eager
+# ---------------------------------------------------------------------------------
+
+
+def resolve_op(target: str) -> torch._ops.OpOverload:
+    """'aten.add.Tensor' -> torch.ops.aten.add.Tensor."""
+    namespace, op, overload = target.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+
+
+def from_arg(value: Any, env: dict[str, Any], device: torch.device) -> Any:
+    """A wire argument back to the Python value an ATen op takes."""
+    if isinstance(value, Ref):
+        found = env[value.ref]
+        return found if value.index is None else found[value.index]
+    if isinstance(value, list):
+        return [from_arg(v, env, device) for v in value]
+    if isinstance(value, DtypeArg):
+        return torch_dtype(value.dtype)
+    if isinstance(value, DeviceArg):
+        return device  # graphs run where their inputs are, whatever device they were captured on
+    if isinstance(value, FloatArg):
+        return NON_FINITE[value.float]
+    if isinstance(value, LayoutArg):
+        return getattr(torch, value.layout)
+    if isinstance(value, MemoryFormatArg):
+        return getattr(torch, value.memory_format)
+    return value
+
+
+def run_eager(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Runs the graph op by op with ATen; the reference result for compiled code.
+
+    The caller's tensors are never changed: a graph with in-place ops (mul_, copy_...) runs
+    on copies of its inputs, as wire graphs have outputs only, no input mutation."""
+    if len(inputs) != len(graph.inputs):
+        raise ValueError(f"the graph takes {len(graph.inputs)} inputs, {len(inputs)} given")
+    device = inputs[0].device if inputs else torch.device("cpu")
+    ops = [resolve_op(node.target) for node in graph.nodes]
+    if any(op._schema.is_mutable for op in ops):
+        inputs = [_copy_strided(t) for t in inputs]
+    env: dict[str, Any] = {spec.name: tensor for spec, tensor in zip(graph.inputs, inputs)}
+    for node, op in zip(graph.nodes, ops):
+        args = [from_arg(a, env, device) for a in node.args]
+        kwargs = {k: from_arg(v, env, device) for k, v in node.kwargs.items()}
+        env[node.name] = op(*args, **kwargs)
+    return [from_arg(ref, env, device) for ref in graph.outputs]
+
+
+def _copy_strided(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy with the same sizes and strides, even overlapping ones (stride 0): the storage
+    span the tensor reads is cloned and viewed again (clone() would make it contiguous)."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())) if tensor.numel() else 0
+    span = tensor.as_strided((extent,), (1,), tensor.storage_offset()).clone()
+    return span.as_strided(tensor.shape, tensor.stride())
+
+
+def to_callable(graph: Graph) -> Callable[..., list[torch.Tensor]]:
+    return lambda *inputs: run_eager(graph, inputs)
+
+
+def random_tensor(spec: TensorSpec, generator: torch.Generator, device: str | torch.device = "cpu",
+                  int_range: tuple[float, float] | None = None) -> torch.Tensor:
+    """Random data (never all zeros) laid out with the spec's exact strides.
+
+    `int_range` [low, high) bounds the values: integers are drawn uniformly from it (default
+    [0, 16)), floats uniformly from it when given (e.g. a variance that must be > 0), else
+    from a standard normal."""
+    dtype = torch_dtype(spec.dtype)
+    strides = spec.strides()
+    storage = 1 + sum((size - 1) * stride for size, stride in zip(spec.shape, strides)) if all(spec.shape) else 0
+    if dtype.is_floating_point and int_range is not None:
+        flat = torch.empty(storage, dtype=torch.float32).uniform_(*int_range, generator=generator).to(dtype)
+    elif dtype.is_floating_point:
+        flat = torch.randn(storage, generator=generator, dtype=torch.float32).to(dtype)
+    elif dtype == torch.bool:
+        flat = torch.rand(storage, generator=generator) < 0.5
+    else:
+        low, high = int_range or (0, 16)
+        flat = torch.randint(int(low), int(high), (storage,), generator=generator).to(dtype)
+    return torch.as_strided(flat.to(device), spec.shape, strides)
+
+
+def random_inputs(graph: Graph, seed: int = 0, device: str | torch.device = "cpu",
+                  int_ranges: dict[str, tuple[float, float]] | None = None) -> list[torch.Tensor]:
+    """Random inputs for the graph, seeded; `int_ranges` maps input names to value ranges
+    [low, high) (see random_tensor), as tests/graphs/inputs.json holds them."""
+    generator = torch.Generator().manual_seed(seed)
+    int_ranges = int_ranges or {}
+    return [random_tensor(spec, generator, device, _range(int_ranges.get(spec.name))) for spec in graph.inputs]
+
+
+def _range(value: Any) -> tuple[float, float] | None:
+    return None if value is None else (value[0], value[1])

@@ -1,0 +1,164 @@
+"""Loop-level IR: buffers with layouts, and the nodes that fill them.
+
+A `ComputeNode` is a loop nest: `ranges` (the output's iteration space) and, for a
+reduction, `reduction_ranges`. Its `body(ops, index, rindex)` is a plain Python function
+of sympy index variables that describes one element's computation by calling an ops
+handler (`compiler.ops.OpsHandler`): loads through index expressions, math, casts.
+Running the same body under different handlers gives Triton source (codegen) or the
+buffers and index expressions it reads (the scheduler's dependencies).
+
+An `ExternNode` is work done by an ATen call at run time (matmul, anything unlowered).
+Views never appear here: lowering turns them into index remaps or strided layouts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import sympy
+
+from compiler.indexing import Expr
+
+Body = Callable[..., Any]  # body(ops, index: list[Expr], rindex: list[Expr]) -> value (or tuple of values)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a tensor sits in its buffer's storage: sizes, strides and offset in elements."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    dtype: str
+
+    @staticmethod
+    def contiguous(size: Sequence[int], dtype: str) -> "Layout":
+        strides, running = [], 1
+        for dim in reversed(size):
+            strides.append(running)
+            running *= max(dim, 1)
+        return Layout(tuple(size), tuple(reversed(strides)), 0, dtype)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.size)
+
+    def storage_numel(self) -> int:
+        """Elements the storage must hold for this view to be in bounds."""
+        if self.numel == 0:
+            return 0
+        return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+
+    def index(self, index: Sequence[Expr]) -> Expr:
+        """The storage offset of element `index`."""
+        return self.offset + sum((i * st for i, st, s in zip(index, self.stride, self.size) if s != 1), sympy.Integer(0))
+
+    def to_json(self) -> dict:
+        return {"size": list(self.size), "stride": list(self.stride), "offset": self.offset, "dtype": self.dtype}
+
+
+@dataclass
+class Buffer:
+    """Named storage. Graph inputs, computed intermediates and extern results are all buffers."""
+
+    name: str
+    layout: Layout
+    kind: str  # "input" | "computed" | "extern"
+
+    @property
+    def dtype(self) -> str:
+        return self.layout.dtype
+
+
+@dataclass
+class Store:
+    """Where a compute node's output goes: a buffer seen through a layout (a view for mutations)."""
+
+    buffer: Buffer
+    layout: Layout
+
+
+@dataclass
+class ComputeNode:
+    """A pointwise (no reduction ranges) or reduction loop nest writing one or more stores."""
+
+    name: str
+    ranges: tuple[int, ...]
+    reduction_ranges: tuple[int, ...]
+    body: Body
+    stores: list[Store]
+    reduction_type: str | None = None  # sum, prod, max, min, argmax, argmin, any, welford
+    origins: list[str] = field(default_factory=list)  # wire node names this came from
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.reduction_type is not None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.ranges)
+
+    @property
+    def rnumel(self) -> int:
+        return math.prod(self.reduction_ranges)
+
+
+@dataclass
+class TensorArg:
+    """An extern call's tensor argument: a buffer seen through a strided layout."""
+
+    buffer: Buffer
+    layout: Layout
+
+    def to_json(self) -> dict:
+        return {"buffer": self.buffer.name, **self.layout.to_json()}
+
+
+@dataclass
+class ExternNode:
+    """An ATen call run as is. args/kwargs hold TensorArgs, TensorArg lists and constants."""
+
+    name: str
+    target: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    outputs: list[Buffer]  # one per tensor the op returns (flattened)
+    mutated: list[Buffer] = field(default_factory=list)  # inputs the op writes in place
+    origins: list[str] = field(default_factory=list)
+
+    def tensor_args(self) -> list[TensorArg]:
+        found: list[TensorArg] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, TensorArg):
+                found.append(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    walk(item)
+
+        walk(self.args)
+        walk(list(self.kwargs.values()))
+        return found
+
+
+Node = ComputeNode | ExternNode
+
+
+@dataclass
+class GraphOutput:
+    """A graph output: a buffer seen through a layout (possibly a view of it)."""
+
+    buffer: Buffer
+    layout: Layout
+
+
+@dataclass
+class Program:
+    """What lowering hands the scheduler: input buffers, nodes in program order, outputs."""
+
+    inputs: list[Buffer]
+    nodes: list[Node]
+    outputs: list[GraphOutput]
+    buffers: dict[str, Buffer]

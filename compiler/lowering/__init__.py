@@ -1,0 +1,252 @@
+"""Stage 2: wire graph -> loop-level IR (`Program`).
+
+Each wire node is lowered by the first of these that applies:
+1. a handwritten lowering registered in `registry.LOWERINGS` (pointwise math, views,
+   reductions, softmax, layer_norm, ...);
+2. PyTorch's decomposition of the op (`torch._decomp`), traced into ATen ops that are
+   lowered in turn;
+3. an Extern node: the ATen op runs as is at run time. An op is never a compile failure
+   for lack of a lowering.
+In-place ops (`add_`, `copy_`, ...) lower their functional twin and store the result
+into the mutated tensor. Every top-level node's output is realized into a buffer (the
+scheduler fuses them later); values inside a decomposition stay lazy when used once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from compiler.fx_import import ConversionError, from_arg, from_fx, resolve_op
+from compiler.graph import DeviceArg, Graph, Ref
+from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
+from compiler.lowering import registry
+from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
+from compiler.lowering.values import Lazy, StorageView, TensorValue
+
+# The modules below fill registry.LOWERINGS when imported.
+from compiler.lowering import pointwise, reductions, shapes, composite, indexing  # noqa: F401,E402
+
+__all__ = ["lower", "LoweringError"]
+
+_MAX_DECOMPOSITION_DEPTH = 6
+
+
+def lower(graph: Graph) -> Program:
+    """Lowers a validated wire graph to a Program of ComputeNodes and ExternNodes."""
+    program = Program(inputs=[], nodes=[], outputs=[], buffers={})
+    ctx = LoweringContext(program)
+    env: dict[str, Any] = {}
+    for i, spec in enumerate(graph.inputs):
+        layout = Layout(tuple(spec.shape), tuple(spec.strides()), 0, spec.dtype)
+        buffer = Buffer(f"arg{i}", layout, "input")
+        program.inputs.append(buffer)
+        program.buffers[buffer.name] = buffer
+        env[spec.name] = StorageView(buffer, layout)
+    _lower_nodes(ctx, graph, env, depth=0)
+    for i, ref in enumerate(graph.outputs):
+        value = _resolve_ref(ref, env)
+        ctx.origin = f"outputs[{i}]"
+        view = ctx.realize(value)
+        program.outputs.append(GraphOutput(view.buffer, view.layout))
+    return program
+
+
+def _resolve_ref(ref: Ref, env: dict[str, Any]) -> Any:
+    value = env[ref.ref]
+    return value if ref.index is None else value[ref.index]
+
+
+def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth: int) -> None:
+    users = _count_users(graph)
+    for node in graph.nodes:
+        args = [_wire_arg(a, env) for a in node.args]
+        kwargs = {k: _wire_arg(v, env) for k, v in node.kwargs.items()}
+        if depth == 0:
+            ctx.origin = node.name
+        try:
+            result = lower_call(ctx, node.target, args, kwargs, depth)
+        except (LoweringError, ConversionError):
+            raise
+        except Exception as exc:  # a lowering bug must name the node, not crash anonymously
+            raise LoweringError(f"node '{ctx.origin}' ({node.target}): {type(exc).__name__}: {exc}") from exc
+        env[node.name] = _finish(ctx, result, realize_all=depth == 0 or users.get(node.name, 0) > 1)
+
+
+def _count_users(graph: Graph) -> dict[str, int]:
+    counts: dict[str, int] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, Ref):
+            counts[value.ref] = counts.get(value.ref, 0) + 1
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    for node in graph.nodes:
+        visit(node.args)
+        visit(list(node.kwargs.values()))
+    visit(graph.outputs)
+    return counts
+
+
+def _finish(ctx: LoweringContext, result: Any, realize_all: bool) -> Any:
+    """Realizes lazy results (with the layout eager would give) when the caller asks for it."""
+    if isinstance(result, (list, tuple)):
+        return tuple(_finish_one(ctx, r, m, realize_all) for r, m in zip(result, ctx.out_meta))
+    return _finish_one(ctx, result, ctx.out_meta[0] if ctx.out_meta else None, realize_all)
+
+
+def _finish_one(ctx: LoweringContext, value: Any, meta: torch.Tensor | None, realize_all: bool) -> Any:
+    if isinstance(value, Lazy) and realize_all:
+        return ctx.realize(value, dense_layout(meta) if meta is not None and tuple(meta.shape) == value.size else None)
+    return value
+
+
+def _wire_arg(value: Any, env: dict[str, Any]) -> Any:
+    if isinstance(value, Ref):
+        return _resolve_ref(value, env)
+    if isinstance(value, list):
+        return [_wire_arg(v, env) for v in value]
+    if isinstance(value, DeviceArg):
+        return torch.device("meta")
+    return from_arg(value, env, torch.device("meta"))
+
+
+# ---------------------------------------------------------------------------------
+# One op call: lowering, decomposition, or extern
+# ---------------------------------------------------------------------------------
+
+
+def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, depth: int = 0) -> Any:
+    op = resolve_op(target)
+    ctx.out_meta = _meta_outputs(ctx, op, args, kwargs)
+    mutated_index = _mutated_argument(op)
+    if mutated_index is not None:
+        return _lower_inplace(ctx, op, target, args, kwargs, mutated_index, depth)
+    if target in registry.LOWERINGS:
+        try:
+            return registry.LOWERINGS[target](ctx, *args, **kwargs)
+        except NotImplementedError:
+            pass  # the lowering does not cover these arguments: decompose or run as extern
+    if target not in registry.EXTERN_ALWAYS and depth < _MAX_DECOMPOSITION_DEPTH:
+        decomposed = _try_decomposition(ctx, op, target, args, kwargs, depth)
+        if decomposed is not None:
+            return decomposed
+    return _extern(ctx, target, args, kwargs)
+
+
+def _meta_outputs(ctx: LoweringContext, op: Any, args: list, kwargs: dict) -> list[torch.Tensor]:
+    meta_args = [to_meta(a) for a in args]
+    meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+    try:
+        out = op(*meta_args, **meta_kwargs)
+    except Exception as exc:
+        raise ctx.fail(f"{op} rejects these arguments: {exc}") from None
+    flat = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (list, tuple)) else [out]
+    if not all(isinstance(t, torch.Tensor) for t in flat):
+        raise ctx.fail(f"{op} returns a non-tensor ({type(out).__name__}); data-dependent values are not supported in wire format v1")
+    return flat
+
+
+def to_meta(value: Any) -> Any:
+    if isinstance(value, TensorValue):
+        dtype = getattr(torch, value.dtype)
+        if isinstance(value, StorageView):
+            return torch.empty_strided(value.size, value.layout.stride, dtype=dtype, device="meta")
+        return torch.empty(value.size, dtype=dtype, device="meta")
+    if isinstance(value, (list, tuple)):
+        return [to_meta(v) for v in value]
+    return value
+
+
+def _mutated_argument(op: Any) -> int | None:
+    for i, argument in enumerate(op._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write and not argument.kwarg_only:
+            return i
+    return None
+
+
+def _lower_inplace(ctx: LoweringContext, op: Any, target: str, args: list, kwargs: dict, index: int, depth: int) -> Any:
+    """`x.add_(y)`: lower `add(x, y)`, then store the result into x's storage."""
+    namespace, name, overload = target.split(".")
+    functional = f"{namespace}.{name.rstrip('_')}.{overload}"
+    destination = args[index]
+    if not isinstance(destination, StorageView):
+        raise ctx.fail(f"{target} writes into a tensor that is not a view of a buffer")
+    try:
+        resolve_op(functional)
+    except AttributeError:
+        return _extern(ctx, target, args, kwargs, mutated=[destination])
+    meta = ctx.out_meta
+    value = lower_call(ctx, functional, args, kwargs, depth)
+    ctx.out_meta = meta
+    value = value[0] if isinstance(value, (list, tuple)) else value
+    ctx.store(value, Store(destination.buffer, destination.layout))
+    return destination
+
+
+def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated: Sequence[StorageView] = ()) -> Any:
+    outputs = ctx.extern(target, args, kwargs, ctx.out_meta, mutated)
+    if mutated:
+        return mutated[0]
+    single = len(outputs) == 1 and not _returns_list(target)
+    return outputs[0] if single else tuple(outputs)
+
+
+def _returns_list(target: str) -> bool:
+    returns = resolve_op(target)._schema.returns
+    return len(returns) != 1 or str(returns[0].type).startswith("List")
+
+
+def _try_decomposition(ctx: LoweringContext, op: Any, target: str, args: list, kwargs: dict, depth: int) -> Any:
+    decomposition = registry.decomposition_for(op)
+    if decomposition is None:
+        return None
+    tensors, rebuild = _split_tensors(args, kwargs)
+    metas = [to_meta(t) for t in tensors]
+    try:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        traced = make_fx(lambda *ts: decomposition(*rebuild(ts)[0], **rebuild(ts)[1]),
+                         decomposition_table=registry.decomposition_table())(*metas)
+        subgraph = from_fx(traced, metas)
+    except Exception:
+        return None  # not traceable into wire ATen ops (constants, non-tensor outputs): run it as extern
+    if any(n.target == target for n in subgraph.nodes):
+        return None
+    meta = ctx.out_meta
+    sub_env = {spec.name: t for spec, t in zip(subgraph.inputs, tensors)}
+    _lower_nodes(ctx, subgraph, sub_env, depth + 1)
+    ctx.out_meta = meta
+    results = [_resolve_ref(ref, sub_env) for ref in subgraph.outputs]
+    is_single = len(meta) == 1 and not _returns_list(target)
+    return results[0] if is_single else tuple(results)
+
+
+def _split_tensors(args: list, kwargs: dict) -> tuple[list[TensorValue], Any]:
+    """Pulls tensors out of (args, kwargs) and returns a function that puts replacements back."""
+    tensors: list[TensorValue] = []
+
+    def pull(value: Any) -> Any:
+        if isinstance(value, TensorValue):
+            tensors.append(value)
+            return ("__tensor__", len(tensors) - 1)
+        if isinstance(value, (list, tuple)):
+            return [pull(v) for v in value]
+        return value
+
+    template = ([pull(a) for a in args], {k: pull(v) for k, v in kwargs.items()})
+
+    def push(value: Any, replacements: Sequence[Any]) -> Any:
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "__tensor__":
+            return replacements[value[1]]
+        if isinstance(value, list):
+            return [push(v, replacements) for v in value]
+        return value
+
+    def rebuild(replacements: Sequence[Any]) -> tuple[list, dict]:
+        return [push(a, replacements) for a in template[0]], {k: push(v, replacements) for k, v in template[1].items()}
+
+    return tensors, rebuild

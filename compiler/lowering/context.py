@@ -1,0 +1,130 @@
+"""The state a lowering function works with: the program being built, buffer names,
+the current node's output metadata, and the three ways to make data real:
+`realize` (a pointwise loop nest), `reduce` (a reduction loop nest) and `extern`."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store, TensorArg
+from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
+
+
+class LoweringError(ValueError):
+    """A node cannot be compiled; the message names the node and the reason."""
+
+
+def dense_layout(meta: torch.Tensor) -> Layout:
+    """The meta tensor's strides when they are a permutation of a dense layout, else contiguous."""
+    dtype = str(meta.dtype).removeprefix("torch.")
+    size = tuple(meta.shape)
+    stride = tuple(meta.stride())
+    if meta.numel() > 0 and _is_dense(size, stride):
+        return Layout(size, stride, 0, dtype)
+    return Layout.contiguous(size, dtype)
+
+
+def _is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
+    dims = sorted((st, s) for s, st in zip(size, stride) if s != 1)
+    expected = 1
+    for st, s in dims:
+        if st != expected:
+            return False
+        expected *= s
+    return True
+
+
+@dataclass
+class LoweringContext:
+    program: Program
+    origin: str = ""  # wire node being lowered, for names and error messages
+    out_meta: list[torch.Tensor] = field(default_factory=list)
+    _counter: Any = field(default_factory=itertools.count)
+
+    # --- metadata of the node being lowered -----------------------------------------
+    @property
+    def out_dtype(self) -> str:
+        return str(self.out_meta[0].dtype).removeprefix("torch.")
+
+    @property
+    def out_size(self) -> tuple[int, ...]:
+        return tuple(self.out_meta[0].shape)
+
+    def fail(self, why: str) -> LoweringError:
+        return LoweringError(f"node '{self.origin}': {why}")
+
+    # --- making data real ------------------------------------------------------------
+    def new_buffer(self, layout: Layout, kind: str = "computed") -> Buffer:
+        buffer = Buffer(f"buf{next(self._counter)}", layout, kind)
+        self.program.buffers[buffer.name] = buffer
+        return buffer
+
+    def realize(self, value: TensorValue, layout: Layout | None = None) -> StorageView:
+        """Computes a Lazy into a new buffer (contiguous unless `layout` says otherwise)."""
+        if isinstance(value, StorageView) and layout is None:
+            return value
+        layout = layout or Layout.contiguous(value.size, value.dtype)
+        buffer = self.new_buffer(layout)
+        self.store(value, Store(buffer, layout))
+        return StorageView(buffer, layout)
+
+    def store(self, value: TensorValue, store: Store) -> None:
+        """Writes `value` through `store` (a new buffer, or a view of an existing one for in-place ops)."""
+        out_dtype = compute_dtype(store.layout.dtype)
+
+        def body(ops, index, rindex):
+            return ops.to_dtype(value.load(ops, index), out_dtype)
+
+        self.program.nodes.append(ComputeNode(
+            name=f"op{len(self.program.nodes)}", ranges=tuple(value.size), reduction_ranges=(),
+            body=body, stores=[store], origins=[self.origin],
+        ))
+
+    def reduce(self, ranges: Sequence[int], reduction_ranges: Sequence[int], reduction_type: str,
+               body: Callable, dtypes: Sequence[str]) -> list[StorageView]:
+        """A reduction over `reduction_ranges` for each point of `ranges`.
+
+        `body(ops, index, rindex)` gives the value to reduce (in its compute dtype). Returns one
+        contiguous buffer per output: welford gives (mean, m2), the others a single result.
+        """
+        layouts = [Layout.contiguous(ranges, dtype) for dtype in dtypes]
+        stores = [Store(self.new_buffer(layout), layout) for layout in layouts]
+        self.program.nodes.append(ComputeNode(
+            name=f"op{len(self.program.nodes)}", ranges=tuple(ranges), reduction_ranges=tuple(reduction_ranges),
+            body=body, stores=stores, reduction_type=reduction_type, origins=[self.origin],
+        ))
+        return [StorageView(s.buffer, s.layout) for s in stores]
+
+    def tensor_arg(self, value: TensorValue) -> TensorArg:
+        view = self.realize(value)
+        return TensorArg(view.buffer, view.layout)
+
+    def extern(self, target: str, args: list[Any], kwargs: dict[str, Any], out_meta: Sequence[torch.Tensor],
+               mutated: Sequence[StorageView] = ()) -> list[StorageView]:
+        """An ATen call at run time; tensor arguments are realized first."""
+        def convert(value: Any) -> Any:
+            if isinstance(value, TensorValue):
+                return self.tensor_arg(value)
+            if isinstance(value, (list, tuple)):
+                return [convert(v) for v in value]
+            return value
+
+        args = [convert(a) for a in args]
+        kwargs = {k: convert(v) for k, v in kwargs.items()}
+        outputs = []
+        for meta in out_meta:
+            dtype = str(meta.dtype).removeprefix("torch.")
+            outputs.append(self.new_buffer(Layout(tuple(meta.shape), tuple(meta.stride()), 0, dtype), kind="extern"))
+        self.program.nodes.append(ExternNode(
+            name=f"op{len(self.program.nodes)}", target=target, args=args, kwargs=kwargs, outputs=outputs,
+            mutated=[m.buffer for m in mutated], origins=[self.origin],
+        ))
+        return [StorageView(b, b.layout) for b in outputs]
+
+
+def lazy(size: Sequence[int], dtype: str, fn: Callable) -> Lazy:
+    return Lazy(tuple(size), dtype, fn)

@@ -1,0 +1,176 @@
+"""Reductions over any dims, with keepdim: sum, mean, prod, amax, amin, max/min.dim,
+argmax, argmin, any, all, var, var_mean, std. Accumulation runs in the compute dtype
+(float32 for bf16/fp16 inputs); variance uses a one-pass welford reduction."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from compiler.lowering.context import LoweringContext
+from compiler.lowering.registry import register
+from compiler.lowering.values import Lazy, TensorValue, compute_dtype
+from compiler.lowering.views import normalize_dim, reshape
+
+
+def reduction_dims(x: TensorValue, dims: Sequence[int] | int | None) -> list[int]:
+    if dims is None or dims == []:
+        return list(range(x.rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({normalize_dim(d, x.rank) for d in dims})
+
+
+def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int | None, reduction_type: str,
+                accumulate_dtype: str, keepdim: bool = False, value_dtype: str | None = None,
+                out_dtypes: Sequence[str] | None = None) -> list[TensorValue]:
+    """Reduces `x` over `dims`; returns the outputs viewed with keepdim's shape if asked.
+
+    `value_dtype` is the dtype values are cast to before reducing (default: the accumulator's).
+    """
+    dims = reduction_dims(x, dims)
+    kept = [d for d in range(x.rank) if d not in dims]
+    ranges = [x.size[d] for d in kept]
+    reduction_ranges = [x.size[d] for d in dims]
+    cast_to = compute_dtype(value_dtype or accumulate_dtype)
+
+    def body(ops, index, rindex):
+        full = [None] * x.rank
+        for d, i in zip(kept, index):
+            full[d] = i
+        for d, r in zip(dims, rindex):
+            full[d] = r
+        return ops.to_dtype(x.load(ops, full), cast_to)
+
+    outputs = ctx.reduce(ranges, reduction_ranges, reduction_type, body, out_dtypes or [accumulate_dtype])
+    if keepdim:
+        keep_size = [1 if d in dims else s for d, s in enumerate(x.size)]
+        return [reshape(o, keep_size) for o in outputs]
+    return list(outputs)
+
+
+def _scaled(value: TensorValue, scale_fn, dtype: str) -> Lazy:
+    return Lazy(value.size, dtype, lambda ops, index: scale_fn(ops, value.load(ops, index)))
+
+
+@register("aten.sum.dim_IntList", "aten.sum.default")
+def sum_(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorValue:
+    acc = compute_dtype(ctx.out_dtype)
+    return reduce_dims(ctx, x, dims, "any" if acc == "bool" else "sum", acc, keepdim)[0]
+
+
+@register("aten.mean.dim", "aten.mean.default")
+def mean(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorValue:
+    acc = compute_dtype(ctx.out_dtype)
+    total = reduce_dims(ctx, x, dims, "sum", acc, keepdim)[0]
+    count = 1
+    for d in reduction_dims(x, dims):
+        count *= x.size[d]
+    return _scaled(total, lambda ops, v: ops.truediv(v, ops.constant(count, acc)), ctx.out_dtype)
+
+
+@register("aten.prod.dim_int", "aten.prod.default")
+def prod(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorValue:
+    return reduce_dims(ctx, x, dim, "prod", compute_dtype(ctx.out_dtype), keepdim)[0]
+
+
+@register("aten.amax.default", "aten.max.default")
+def amax(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool = False) -> TensorValue:
+    return reduce_dims(ctx, x, dims, "max", compute_dtype(ctx.out_dtype), keepdim)[0]
+
+
+@register("aten.amin.default", "aten.min.default")
+def amin(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool = False) -> TensorValue:
+    return reduce_dims(ctx, x, dims, "min", compute_dtype(ctx.out_dtype), keepdim)[0]
+
+
+@register("aten.argmax.default")
+def argmax(ctx: LoweringContext, x: TensorValue, dim: int | None = None, keepdim: bool = False) -> TensorValue:
+    return _arg_reduction(ctx, x, dim, keepdim, "argmax")
+
+
+@register("aten.argmin.default")
+def argmin(ctx: LoweringContext, x: TensorValue, dim: int | None = None, keepdim: bool = False) -> TensorValue:
+    return _arg_reduction(ctx, x, dim, keepdim, "argmin")
+
+
+def _arg_reduction(ctx: LoweringContext, x: TensorValue, dim: int | None, keepdim: bool, kind: str) -> TensorValue:
+    if dim is None:  # over the flattened tensor
+        x = reshape(x, [-1] if x.rank else [1])
+        dim, keepdim_shape = 0, [1] * len(ctx.out_size)
+        out = reduce_dims(ctx, x, [0], kind, "int64", value_dtype=compute_dtype(x.dtype))[0]
+        return reshape(out, keepdim_shape) if keepdim else out
+    return reduce_dims(ctx, x, [dim], kind, "int64", keepdim, value_dtype=compute_dtype(x.dtype))[0]
+
+
+@register("aten.max.dim")
+def max_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple:
+    values = reduce_dims(ctx, x, [dim], "max", compute_dtype(x.dtype), keepdim)[0]
+    return values, _arg_reduction(ctx, x, dim, keepdim, "argmax")
+
+
+@register("aten.min.dim")
+def min_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple:
+    values = reduce_dims(ctx, x, [dim], "min", compute_dtype(x.dtype), keepdim)[0]
+    return values, _arg_reduction(ctx, x, dim, keepdim, "argmin")
+
+
+@register("aten.any.dim", "aten.any.dims", "aten.any.default")
+def any_(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool = False) -> TensorValue:
+    return reduce_dims(ctx, x, dims, "any", "bool", keepdim)[0]
+
+
+@register("aten.all.dim", "aten.all.dims", "aten.all.default")
+def all_(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool = False) -> TensorValue:
+    negated = Lazy(x.size, "bool", lambda ops, index: ops.logical_not(ops.to_dtype(x.load(ops, index), "bool")))
+    found = reduce_dims(ctx, negated, dims, "any", "bool", keepdim)[0]
+    return Lazy(found.size, "bool", lambda ops, index: ops.logical_not(found.load(ops, index)))
+
+
+def variance(ctx: LoweringContext, x: TensorValue, dims: Any, correction: float, keepdim: bool) -> tuple[TensorValue, TensorValue]:
+    """(var, mean) by a one-pass welford reduction, in the compute dtype."""
+    acc = compute_dtype(x.dtype) if x.dtype != "float64" else "float64"
+    mean_value, m2 = reduce_dims(ctx, x, dims, "welford", acc, keepdim, out_dtypes=[acc, acc])
+    count = 1
+    for d in reduction_dims(x, dims):
+        count *= x.size[d]
+    denominator = max(0.0, count - correction)
+    var = Lazy(m2.size, acc, lambda ops, index: ops.truediv(m2.load(ops, index), ops.constant(denominator, acc)))
+    return var, mean_value
+
+
+def _correction(correction: Any, unbiased: Any = None) -> float:
+    if correction is not None:
+        return float(correction)
+    return 0.0 if unbiased is False else 1.0
+
+
+@register("aten.var.correction", "aten.var.dim")
+def var(ctx: LoweringContext, x: TensorValue, dims: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+        correction: Any = None) -> TensorValue:
+    if isinstance(unbiased, (int, float)) and not isinstance(unbiased, bool):  # var.correction passes it positionally
+        correction, unbiased = unbiased, None
+    return _cast(variance(ctx, x, dims, _correction(correction, unbiased), keepdim)[0], ctx.out_dtype)
+
+
+@register("aten.var_mean.correction", "aten.var_mean.dim")
+def var_mean(ctx: LoweringContext, x: TensorValue, dims: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+             correction: Any = None) -> tuple:
+    if isinstance(unbiased, (int, float)) and not isinstance(unbiased, bool):
+        correction, unbiased = unbiased, None
+    v, m = variance(ctx, x, dims, _correction(correction, unbiased), keepdim)
+    return _cast(v, ctx.out_dtype), _cast(m, ctx.out_dtype)
+
+
+@register("aten.std.correction", "aten.std.dim")
+def std(ctx: LoweringContext, x: TensorValue, dims: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+        correction: Any = None) -> TensorValue:
+    if isinstance(unbiased, (int, float)) and not isinstance(unbiased, bool):
+        correction, unbiased = unbiased, None
+    v = variance(ctx, x, dims, _correction(correction, unbiased), keepdim)[0]
+    return Lazy(v.size, ctx.out_dtype, lambda ops, index: ops.sqrt(v.load(ops, index)))
+
+
+def _cast(value: TensorValue, dtype: str) -> TensorValue:
+    if value.dtype == dtype:
+        return value
+    return Lazy(value.size, dtype, value.load)

@@ -1,0 +1,48 @@
+"""Which ATen ops have a handwritten lowering, which always run as extern, and the
+decomposition table used for everything else."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Callable
+
+import torch
+
+LOWERINGS: dict[str, Callable[..., Any]] = {}
+
+# Ops that must stay ATen calls: decomposing a matmul into loops would be correct and slow.
+EXTERN_ALWAYS = frozenset({
+    "aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
+    "aten.matmul.default", "aten.linear.default", "aten.convolution.default",
+    "aten.convolution_backward.default", "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_efficient_attention.default", "aten.addmv.default", "aten.mv.default",
+    "aten.dot.default", "aten.native_dropout.default", "aten.bernoulli.p", "aten.rand.default",
+    "aten.randn.default", "aten.rand_like.default", "aten.randn_like.default",
+})
+
+
+def register(*targets: str) -> Callable:
+    """Registers a lowering `fn(ctx, *args, **kwargs)` for each ATen overload name."""
+
+    def wrap(fn: Callable) -> Callable:
+        for target in targets:
+            LOWERINGS[target] = fn
+        return fn
+
+    return wrap
+
+
+@lru_cache(maxsize=1)
+def decomposition_table() -> dict:
+    """PyTorch's core ATen decompositions, minus ops we lower ourselves or keep extern."""
+    from torch._decomp import core_aten_decompositions
+
+    keep = set(LOWERINGS) | set(EXTERN_ALWAYS)
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if isinstance(op, torch._ops.OpOverload) and str(op) not in keep}
+
+
+def decomposition_for(op: Any) -> Callable | None:
+    from torch._decomp import decomposition_table as all_decompositions
+
+    return decomposition_table().get(op) or all_decompositions.get(op)

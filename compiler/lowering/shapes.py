@@ -1,0 +1,151 @@
+"""Shape ops: the ATen view ops (index remaps, no copies) and the ops that assemble
+tensors from pieces (cat, stack, constant_pad_nd, split, repeat)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from compiler.indexing import ModularIndexing
+from compiler.lowering.context import LoweringContext
+from compiler.lowering.registry import register
+from compiler.lowering.values import Lazy, TensorValue, compute_dtype
+from compiler.lowering import views
+
+
+@register("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+def view(ctx: LoweringContext, x: TensorValue, size: Sequence[int]) -> TensorValue:
+    return views.reshape(x, size)
+
+
+@register("aten.permute.default")
+def permute(ctx: LoweringContext, x: TensorValue, dims: Sequence[int]) -> TensorValue:
+    return views.permute(x, dims)
+
+
+@register("aten.transpose.int")
+def transpose(ctx: LoweringContext, x: TensorValue, dim0: int, dim1: int) -> TensorValue:
+    if x.rank < 2 and dim0 in (0, -1) and dim1 in (0, -1):
+        return x
+    order = list(range(x.rank))
+    a, b = views.normalize_dim(dim0, x.rank), views.normalize_dim(dim1, x.rank)
+    order[a], order[b] = order[b], order[a]
+    return views.permute(x, order)
+
+
+@register("aten.t.default", "aten.numpy_T.default")
+def t(ctx: LoweringContext, x: TensorValue) -> TensorValue:
+    return x if x.rank < 2 else views.permute(x, list(reversed(range(x.rank))))
+
+
+@register("aten.expand.default")
+def expand(ctx: LoweringContext, x: TensorValue, size: Sequence[int], *, implicit: bool = False) -> TensorValue:
+    return views.expand(x, size)
+
+
+@register("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
+def squeeze(ctx: LoweringContext, x: TensorValue, dims: Any = None) -> TensorValue:
+    return views.squeeze(x, [dims] if isinstance(dims, int) else dims)
+
+
+@register("aten.unsqueeze.default")
+def unsqueeze(ctx: LoweringContext, x: TensorValue, dim: int) -> TensorValue:
+    return views.unsqueeze(x, dim)
+
+
+@register("aten.slice.Tensor")
+def slice_(ctx: LoweringContext, x: TensorValue, dim: int = 0, start: int | None = None, end: int | None = None,
+           step: int = 1) -> TensorValue:
+    return views.slice_dim(x, dim, start, end, step)
+
+
+@register("aten.select.int")
+def select(ctx: LoweringContext, x: TensorValue, dim: int, index: int) -> TensorValue:
+    return views.select(x, dim, index)
+
+
+@register("aten.as_strided.default")
+def as_strided(ctx: LoweringContext, x: TensorValue, size: Sequence[int], stride: Sequence[int],
+               storage_offset: int | None = None) -> TensorValue:
+    base = ctx.realize(x)
+    return views.as_strided(base, size, stride, storage_offset)
+
+
+@register("aten.split.Tensor")
+def split(ctx: LoweringContext, x: TensorValue, split_size: int, dim: int = 0) -> tuple:
+    dim = views.normalize_dim(dim, x.rank)
+    sizes = [min(split_size, x.size[dim] - s) for s in range(0, x.size[dim], max(split_size, 1))] or [0]
+    return split_with_sizes(ctx, x, sizes, dim)
+
+
+@register("aten.split_with_sizes.default")
+def split_with_sizes(ctx: LoweringContext, x: TensorValue, sizes: Sequence[int], dim: int = 0) -> tuple:
+    start, pieces = 0, []
+    for size in sizes:
+        pieces.append(views.slice_dim(x, dim, start, start + size))
+        start += size
+    return tuple(pieces)
+
+
+@register("aten.cat.default")
+def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> Lazy:
+    tensors = [t for t in tensors if not (t.rank == 1 and t.size[0] == 0)]  # torch ignores legacy empty inputs
+    dim = views.normalize_dim(dim, tensors[0].rank)
+    dtype = ctx.out_dtype
+    offsets, running = [], 0
+    for t in tensors:
+        offsets.append(running)
+        running += t.size[dim]
+
+    def load(ops, index):
+        result = None
+        for t, offset in zip(tensors, offsets):
+            shifted = list(index)
+            shifted[dim] = index[dim] - offset
+            position = ops.index_expr(index[dim], "int64")
+            inside = ops.logical_and(ops.ge(position, ops.constant(offset, "int64")),
+                                     ops.lt(position, ops.constant(offset + t.size[dim], "int64")))
+            piece = ops.masked(inside, lambda t=t, shifted=shifted: ops.to_dtype(t.load(ops, shifted), compute_dtype(dtype)), 0)
+            result = piece if result is None else ops.where(inside, piece, result)
+        return result
+
+    return Lazy(ctx.out_size, dtype, load)
+
+
+@register("aten.stack.default")
+def stack(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> Lazy:
+    dim = views.normalize_dim(dim, tensors[0].rank + 1)
+    return cat(ctx, [views.unsqueeze(t, dim) for t in tensors], dim)
+
+
+@register("aten.constant_pad_nd.default")
+def constant_pad_nd(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], value: Any = 0) -> Lazy:
+    dtype = compute_dtype(ctx.out_dtype)
+    pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last dim first
+
+    def load(ops, index):
+        shifted = list(index)
+        inside = None
+        for i, (before, _after) in enumerate(pairs):
+            d = x.rank - 1 - i
+            shifted[d] = index[d] - before
+            position = ops.index_expr(index[d] - before, "int64")
+            ok = ops.logical_and(ops.ge(position, ops.constant(0, "int64")),
+                                 ops.lt(position, ops.constant(x.size[d], "int64")))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+        if inside is None:
+            return ops.to_dtype(x.load(ops, shifted), dtype)
+        return ops.masked(inside, lambda: ops.to_dtype(x.load(ops, shifted), dtype), value)
+
+    return Lazy(ctx.out_size, ctx.out_dtype, load)
+
+
+@register("aten.repeat.default")
+def repeat(ctx: LoweringContext, x: TensorValue, repeats: Sequence[int]) -> Lazy:
+    lead = len(repeats) - x.rank
+    sizes = list(x.size)
+
+    def load(ops, index):
+        inner = [ModularIndexing(index[lead + d], 1, s) for d, s in enumerate(sizes)]
+        return x.load(ops, inner)
+
+    return Lazy(ctx.out_size, ctx.out_dtype, load)

@@ -1,0 +1,33 @@
+"""The vocabulary of a loop body: the calls a body makes on its `ops` handler.
+
+A body is `body(ops, index, rindex) -> value`; values are opaque to the body. Handlers:
+`codegen.kernel.TritonOps` (prints Triton), `dependencies.DependencyRecorder` (lists
+reads). Every handler implements:
+
+    load(buffer_name, index_expr)          one element of a buffer (low-precision floats come back as float32)
+    constant(value, dtype)                 a scalar broadcast to the block
+    index_expr(expr, dtype)                an index expression as a value
+    to_dtype(x, dtype)                     a cast (to bfloat16/float16 rounds, then stays float32)
+    where(cond, a, b)
+    masked(mask, body_fn, other)           body_fn() evaluated where mask holds (loads masked), other elsewhere
+    indirect(x, size)                      a loaded integer used as an index (negative wraps); returns a sympy symbol
+    <unary>(x) for x in UNARY_OPS
+    <binary>(a, b) for op in BINARY_OPS
+"""
+
+UNARY_OPS = frozenset({
+    "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "abs", "neg", "sin", "cos", "tan",
+    "tanh", "sigmoid", "erf", "erfinv", "floor", "ceil", "trunc", "round", "sign", "reciprocal", "relu",
+    "isnan", "isinf", "logical_not", "bitwise_not", "asin", "acos", "atan", "sinh", "cosh", "lgamma",
+})
+
+BINARY_OPS = frozenset({
+    "add", "sub", "mul", "truediv", "floordiv", "remainder", "fmod", "pow", "maximum", "minimum", "atan2",
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
+})
+
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                         "isnan", "isinf", "logical_not"})
+
+REDUCTION_TYPES = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "any", "welford"})

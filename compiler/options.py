@@ -1,0 +1,28 @@
+"""Typed options: what a compile may vary (part of the key) and the wire-format limits."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CompileOptions(BaseModel):
+    """Knobs of one compile. Every field is part of the key, defaults included."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fusion: bool = Field(True, description="fuse nodes into shared kernels (the scheduler)")
+    max_fusion_size: int = Field(64, ge=1, le=1024, description="most IR nodes in one kernel")
+    autotune: bool = Field(True, description="time kernel configs on a GPU worker")
+    benchmark_fusion: bool = Field(True, description="time fused against unfused kernels where the heuristic is unsure")
+    autotune_budget_s: float = Field(10.0, ge=0, le=600, description="time budget for tuning one graph")
+
+
+class Limits(BaseModel):
+    """Bounds on a submitted graph; over any of them is a validation error, not a crash."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_json_bytes: int = 16 * 1024 * 1024
+    max_nodes: int = 20_000
+    max_rank: int = 8
+    max_numel: int = 2**36
+    max_name_length: int = 200
+    max_list_length: int = 4096
