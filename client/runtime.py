@@ -48,13 +48,18 @@ class CompiledGraph:
         device = inputs[0].device if inputs else torch.device("cpu")
         kernels = self._kernels_for(device)
         env: dict[str, torch.Tensor] = {spec["buffer"]: t for spec, t in zip(self.plan["inputs"], inputs)}
+        kept: dict[str, torch.Tensor] = {}  # freed buffers a later allocation reuses
         for step in self.plan["steps"]:
             op = step["op"]
-            if op == "alloc":
+            if op == "alloc" and "reuse" in step:
+                env[step["buffer"]] = kept.pop(step["reuse"])
+            elif op == "alloc":
                 meta = self.plan["buffers"][step["buffer"]]
                 env[step["buffer"]] = torch.empty(meta["numel"], dtype=getattr(torch, meta["dtype"]), device=device)
             elif op == "free":
-                env.pop(step["buffer"], None)
+                tensor = env.pop(step["buffer"], None)
+                if step.get("keep"):
+                    kept[step["buffer"]] = tensor
             elif op == "kernel":
                 self._launch(kernels[step["kernel"]], step, env)
             elif op == "extern":

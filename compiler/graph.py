@@ -197,13 +197,17 @@ def _from_pydantic(exc: ValidationError, data: dict) -> GraphValidationError:
     loc = list(error["loc"])
     if _in_arg(loc):  # the Arg union reports one error per branch: look at all of this argument's
         return _arg_error([e for e in errors if list(e["loc"][:4]) == loc[:4]], data)
-    if error["type"] == "extra_forbidden":
-        return GraphValidationError(_describe_location(loc[:-1], data), f"unknown field '{loc[-1]}'")
-    if error["type"] == "missing":
-        return GraphValidationError(_describe_location(loc[:-1], data), f"missing field '{loc[-1]}'")
-    if loc == ["version"]:
+    if loc == ["version"] and error["type"] != "missing":
         return GraphValidationError("version", f"unsupported wire format version {error['input']!r}; this service reads version 1")
-    return GraphValidationError(_describe_location(loc, data), error["msg"])
+    return GraphValidationError(_describe_location(loc, data), _problem(error, loc[-1] if loc else "graph"))
+
+
+def _problem(error: dict, field: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return f"unknown field '{field}' (not part of wire format v1)"
+    if error["type"] == "missing":
+        return f"required field '{field}' is missing"
+    return error["msg"]
 
 
 def _in_arg(loc: list) -> bool:
@@ -233,18 +237,10 @@ def _arg_error(errors: list[dict], data: dict) -> GraphValidationError:
         for error in errors:
             path, rest = split(error)
             if path == deepest and tag is not None and rest[:1] == [tag] and len(rest) > 1:
-                return _field_error(error, where, rest[1])
+                return GraphValidationError(f"{where}.{rest[1]}", _problem(error, rest[1]))
     shown = json.dumps(value, default=str)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
     return GraphValidationError(where, f"not a valid argument: {_ARG_HINT}; got {shown}")
-
-
-def _field_error(error: dict, where: str, field: Any) -> GraphValidationError:
-    if error["type"] == "extra_forbidden":
-        return GraphValidationError(where, f"unknown field '{field}'")
-    if error["type"] == "missing":
-        return GraphValidationError(where, f"missing field '{field}'")
-    return GraphValidationError(f"{where}.{field}", error["msg"])
 
 
 def _lookup(data: Any, path: list) -> Any:
@@ -394,7 +390,7 @@ def _check_enum_arg(arg: Arg, where: str) -> None:
 def _check_ref(ref: Ref, where: str, scope: _Scope) -> None:
     if ref.ref not in scope.outputs_of:
         if ref.ref in scope.later:
-            raise GraphValidationError(where, f"ref '{ref.ref}' names nodes[{scope.later[ref.ref]}], which does not come before this use; nodes must be in topological order (a cycle has none)")
+            raise GraphValidationError(where, f"ref '{ref.ref}' names nodes[{scope.later[ref.ref]}], not an input or earlier node; nodes must be in topological order (a cycle has none)")
         raise GraphValidationError(where, f"ref '{ref.ref}' names no input or node (dangling ref)")
     count = scope.outputs_of[ref.ref]
     if count == 0:

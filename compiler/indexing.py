@@ -15,6 +15,10 @@ import sympy
 Expr = sympy.Expr
 
 
+XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)  # a kernel's flat output index
+RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)  # a kernel's flat reduction index
+
+
 def index_symbol(prefix: str, i: int) -> sympy.Symbol:
     return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
 
@@ -101,3 +105,99 @@ def flatten(index: Sequence[Expr], sizes: Sequence[int]) -> Expr:
             flat = flat + i * stride
         stride *= size
     return flat
+
+
+# ---------------------------------------------------------------------------------
+# Range-aware simplification and affine analysis
+# ---------------------------------------------------------------------------------
+
+
+def upper_bound(expr: Expr, bounds: dict[sympy.Symbol, int]) -> int | None:
+    """Largest value `expr` takes when each symbol s ranges over [0, bounds[s]); None if unknown."""
+    if expr.is_Integer:
+        return int(expr)
+    if isinstance(expr, sympy.Symbol):
+        return bounds[expr] - 1 if expr in bounds else None
+    if isinstance(expr, sympy.Add):
+        total = 0
+        for term in expr.args:
+            if term.is_Integer:
+                total += int(term)
+                continue
+            coefficient, rest = term.as_coeff_Mul()
+            if coefficient < 0:
+                continue  # a non-negative index expression: negative terms only lower the bound
+            bound = upper_bound(rest, bounds)
+            if bound is None:
+                return None
+            total += int(coefficient) * bound
+        return total
+    if isinstance(expr, sympy.Mul):
+        coefficient, rest = expr.as_coeff_Mul()
+        bound = upper_bound(rest, bounds) if rest != expr else None
+        if bound is None or coefficient < 0:
+            return None
+        return int(coefficient) * bound
+    if isinstance(expr, FloorDiv):
+        bound = upper_bound(expr.args[0], bounds)
+        return None if bound is None else bound // int(expr.args[1])
+    if isinstance(expr, ModularIndexing):
+        return int(expr.args[2]) - 1
+    return None
+
+
+def simplify_index(expr: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
+    """Drops divisions and modulos that the symbols' ranges make trivial."""
+    def rewrite(e: Expr) -> Expr:
+        if not e.args or e.is_Integer or isinstance(e, sympy.Symbol):
+            return e
+        e = e.func(*[rewrite(a) for a in e.args])
+        if isinstance(e, FloorDiv):
+            bound = upper_bound(e.args[0], bounds)
+            if bound is not None and bound < int(e.args[1]) and _non_negative(e.args[0]):
+                return sympy.Integer(0)
+        if isinstance(e, ModularIndexing):
+            base, divisor, modulus = e.args
+            bound = upper_bound(base, bounds)
+            if bound is not None and _non_negative(base) and bound // int(divisor) < int(modulus):
+                return FloorDiv(base, divisor)
+        if isinstance(e, sympy.Add):
+            return _recombine(e)
+        return e
+
+    return rewrite(sympy.expand(expr))
+
+
+def _non_negative(expr: Expr) -> bool:
+    return all(t.as_coeff_Mul()[0] >= 0 for t in sympy.Add.make_args(expr))
+
+
+def _recombine(expr: sympy.Add) -> Expr:
+    """c * (e // c) + (e % c) -> e  (the inverse of unflatten for two levels)."""
+    terms = list(expr.args)
+    for i, term in enumerate(terms):
+        coefficient, rest = term.as_coeff_Mul()
+        if isinstance(rest, FloorDiv) and rest.args[1] == coefficient:
+            base = rest.args[0]
+            partner = ModularIndexing(base, 1, coefficient)
+            for j, other in enumerate(terms):
+                if j != i and other == partner:
+                    remaining = [t for k, t in enumerate(terms) if k not in (i, j)]
+                    return sympy.Add(base, *remaining)
+    return expr
+
+
+def affine_coefficients(expr: Expr, symbols: list[sympy.Symbol]) -> tuple[dict[sympy.Symbol, int], int] | None:
+    """(coefficient per symbol, constant) when `expr` is affine in `symbols` with integer coefficients."""
+    expr = sympy.expand(expr)
+    coefficients: dict[sympy.Symbol, int] = {}
+    constant = 0
+    for term in sympy.Add.make_args(expr):
+        if term.is_Integer:
+            constant += int(term)
+            continue
+        coefficient, rest = term.as_coeff_Mul()
+        if rest not in symbols or not coefficient.is_Integer:
+            return None
+        coefficients[rest] = coefficients.get(rest, 0) + int(coefficient)
+    return coefficients, constant

@@ -1,41 +1,88 @@
-"""Stage 3: order the program's nodes into kernels and plan memory.
+"""Stage 3: order the program's nodes, fuse them into kernels, and say why not.
 
-v1 (this file's first form): dead-node elimination, one kernel per compute node,
-extern calls in program order, and the last use of each buffer so the launch plan can
-free it. Fusion builds on `KernelGroup`, which already holds several nodes.
+Following the seed scheduler: every IR node becomes a scheduler node with its read and
+write dependencies; ordering edges come from data (read after write) and from
+mutation (a write after earlier reads and writes of the same buffer). Dead nodes are
+dropped. Fusion then runs in rounds: candidate pairs are nodes that share a buffer
+(vertical: one writes what the other reads; horizontal: both read it); `can_fuse`
+refuses extern nodes, groups past the size limit, fusions that would create a cycle
+and groups whose loops cannot share one kernel (`loop_mapping`); the legal pairs are
+taken best first by `score_fusion` (bytes saved, then proximity). Every refusal is
+recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
-from compiler.dependencies import ReadWrites, extract_read_writes
+from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
 from compiler.ir import ComputeNode, ExternNode, Node, Program
+from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.options import CompileOptions
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2,
+             "int8": 1, "uint8": 1, "bool": 1}
+MAX_FUSION_ROUNDS = 10
+
+
+@dataclass(frozen=True)
+class WhyNoFuse:
+    node1: str
+    node2: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"node1": self.node1, "node2": self.node2, "reason": self.reason}
 
 
 @dataclass
 class KernelGroup:
-    """Compute nodes that become one kernel; `internal` buffers never leave registers."""
+    """Compute nodes that become one kernel (a FusedSchedulerNode once it holds several)."""
 
     name: str
     nodes: list[ComputeNode]
-    internal: set[str] = field(default_factory=set)
+    mapping: GroupMapping
+    order: int  # position of its first node in program order
+    last: int  # position of its last node
+    internal: set[str] = field(default_factory=set)  # written here, read nowhere else: never allocated
 
     @property
     def numel(self) -> int:
-        return max(n.numel for n in self.nodes)
+        return self.mapping.numel
 
     @property
     def rnumel(self) -> int:
-        return max((n.rnumel for n in self.nodes if n.is_reduction), default=1)
+        return self.mapping.rnumel
 
     @property
     def is_reduction(self) -> bool:
         return any(n.is_reduction for n in self.nodes)
 
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.nodes]
 
-Step = KernelGroup | ExternNode
+
+@dataclass
+class ExternStep:
+    node: ExternNode
+    order: int
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def last(self) -> int:
+        return self.order
+
+    @property
+    def node_names(self) -> list[str]:
+        return [self.node.name]
+
+
+Step = KernelGroup | ExternStep
 
 
 @dataclass
@@ -43,30 +90,230 @@ class Schedule:
     program: Program
     steps: list[Step]
     read_writes: dict[str, ReadWrites]
-    fusion_log: dict = field(default_factory=lambda: {"fused": [], "refused": [], "note": "fusion disabled in v1"})
+    fusion_log: dict
 
 
 def schedule(program: Program, options: CompileOptions) -> Schedule:
     read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
     live = eliminate_dead_nodes(program, read_writes)
-    steps: list[Step] = []
-    for node in live:
-        if isinstance(node, ExternNode):
-            steps.append(node)
-        else:
-            steps.append(KernelGroup(f"kernel{len(steps)}", [node]))
-    return Schedule(program, steps, read_writes)
+    predecessors = node_dependencies(live, read_writes)
+    steps: list[Step] = [_single_step(node, program_order(node.name), read_writes) for node in live]
+    log = FusionLog()
+    if options.fusion:
+        steps = fuse_nodes(steps, predecessors, read_writes, program, options, log)
+    steps = topological_order(steps, predecessors)
+    mark_internal_buffers(steps, read_writes, program)
+    for i, step in enumerate(steps):
+        if isinstance(step, KernelGroup):
+            step.name = f"kernel{i}"
+    return Schedule(program, steps, read_writes, log.to_json(steps, options))
+
+
+def _single_step(node: Node, order: int, read_writes: dict[str, ReadWrites]) -> Step:
+    if isinstance(node, ExternNode):
+        return ExternStep(node, order)
+    return KernelGroup(node.name, [node], map_group([node], read_writes), order, order)
+
+
+# ---------------------------------------------------------------------------------
+# Dependencies, dead nodes, order
+# ---------------------------------------------------------------------------------
 
 
 def eliminate_dead_nodes(program: Program, read_writes: dict[str, ReadWrites]) -> list[Node]:
-    """Drops nodes whose writes nobody reads; keeps outputs, input mutations and externs with mutations."""
+    """Drops nodes whose writes nobody reads; keeps outputs, input mutations and mutating externs."""
     needed = {o.buffer.name for o in program.outputs}
     inputs = {b.name for b in program.inputs}
     kept: list[Node] = []
     for node in reversed(program.nodes):
         writes = read_writes[node.name].write_buffers()
-        mutates_input = bool(writes & inputs)
-        if writes & needed or mutates_input or (isinstance(node, ExternNode) and node.mutated):
+        if writes & needed or writes & inputs or (isinstance(node, ExternNode) and node.mutated):
             kept.append(node)
             needed |= read_writes[node.name].read_buffers()
     return kept[::-1]
+
+
+def node_dependencies(nodes: list[Node], read_writes: dict[str, ReadWrites]) -> dict[str, set[str]]:
+    """For each node, the nodes that must run before it (data and mutation order)."""
+    last_writer: dict[str, str] = {}
+    readers_since_write: dict[str, set[str]] = {}
+    predecessors: dict[str, set[str]] = {}
+    for node in nodes:
+        rw = read_writes[node.name]
+        before: set[str] = set()
+        for buffer in rw.read_buffers():
+            if buffer in last_writer:
+                before.add(last_writer[buffer])
+        for buffer in rw.write_buffers():
+            if buffer in last_writer:
+                before.add(last_writer[buffer])  # write after write
+            before |= readers_since_write.get(buffer, set())  # write after read
+        before.discard(node.name)
+        predecessors[node.name] = before
+        for buffer in rw.read_buffers():
+            readers_since_write.setdefault(buffer, set()).add(node.name)
+        for buffer in rw.write_buffers():
+            last_writer[buffer] = node.name
+            readers_since_write[buffer] = set()
+    return predecessors
+
+
+def topological_order(steps: list[Step], predecessors: dict[str, set[str]]) -> list[Step]:
+    """Steps ordered so every dependency runs first; ties keep program order."""
+    step_of = {name: step for step in steps for name in step.node_names}
+    remaining = sorted(steps, key=lambda s: s.order)
+    done: set[int] = set()
+    ordered: list[Step] = []
+    while remaining:
+        for step in remaining:
+            needs = {id(step_of[p]) for n in step.node_names for p in predecessors[n]} - {id(step)}
+            if needs <= done:
+                ordered.append(step)
+                done.add(id(step))
+                remaining.remove(step)
+                break
+        else:
+            raise AssertionError("fusion produced a cycle")  # can_fuse prevents this
+    return ordered
+
+
+# ---------------------------------------------------------------------------------
+# Fusion
+# ---------------------------------------------------------------------------------
+
+
+class FusionLog:
+    def __init__(self) -> None:
+        self.fused: list[dict] = []
+        self.refused: dict[tuple[str, str], WhyNoFuse] = {}
+
+    def refuse(self, a: Step, b: Step, reason: str) -> None:
+        self.refused[(a.name, b.name)] = WhyNoFuse(a.name, b.name, reason)
+
+    def to_json(self, steps: list[Step], options: CompileOptions) -> dict:
+        final = {name for s in steps if isinstance(s, KernelGroup) and len(s.nodes) > 1 for name in s.node_names}
+        return {
+            "enabled": options.fusion,
+            "groups": [{"kernel": s.name, "nodes": s.node_names, "numel": s.numel, "rnumel": s.rnumel}
+                       for s in steps if isinstance(s, KernelGroup)],
+            "fused": self.fused,
+            # a pair refused in one round may still end up together through others: keep the informative ones
+            "refused": [w.to_json() for w in self.refused.values() if not ({w.node1, w.node2} <= final and
+                                                                         _same_group(steps, w.node1, w.node2))],
+        }
+
+
+def _same_group(steps: list[Step], a: str, b: str) -> bool:
+    return any(a in s.node_names and b in s.node_names for s in steps)
+
+
+def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
+               program: Program, options: CompileOptions, log: FusionLog) -> list[Step]:
+    for _ in range(MAX_FUSION_ROUNDS):
+        ancestors = _ancestors(steps, predecessors)
+        candidates = sorted(_candidate_pairs(steps, read_writes),
+                            key=lambda pair: score_fusion(pair[0], pair[1], read_writes, program), reverse=True)
+        fused_this_round: set[int] = set()
+        changed = False
+        for first, second in candidates:
+            if id(first) in fused_this_round or id(second) in fused_this_round:
+                continue
+            reason, group = can_fuse(first, second, ancestors, read_writes, options)
+            if group is None:
+                log.refuse(first, second, reason)
+                continue
+            log.fused.append({"node1": first.name, "node2": second.name,
+                              "bytes_saved": score_fusion(first, second, read_writes, program)[0]})
+            steps = [s for s in steps if s is not first and s is not second] + [group]
+            fused_this_round |= {id(first), id(second), id(group)}
+            changed = True
+        if not changed:
+            break
+    return steps
+
+
+def _candidate_pairs(steps: list[Step], read_writes: dict[str, ReadWrites]) -> list[tuple[Step, Step]]:
+    """Pairs that touch a common buffer, earlier step first."""
+    touching: dict[str, list[Step]] = {}
+    for step in steps:
+        buffers = set()
+        for name in step.node_names:
+            buffers |= read_writes[name].read_buffers() | read_writes[name].write_buffers()
+        for buffer in buffers:
+            touching.setdefault(buffer, []).append(step)
+    pairs: dict[tuple[int, int], tuple[Step, Step]] = {}
+    for users in touching.values():
+        for a, b in itertools.combinations(sorted(users, key=lambda s: s.order), 2):
+            if not (isinstance(a, ExternStep) and isinstance(b, ExternStep)):
+                pairs[(id(a), id(b))] = (a, b)
+    return list(pairs.values())
+
+
+def _ancestors(steps: list[Step], predecessors: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Transitive predecessors of every node."""
+    result: dict[str, set[str]] = {}
+    order = sorted((n for s in steps for n in s.node_names), key=program_order)
+    for name in order:
+        found = set(predecessors[name])
+        for p in predecessors[name]:
+            found |= result.get(p, set())
+        result[name] = found
+    return result
+
+
+def program_order(name: str) -> int:
+    """IR nodes are named op<i> by their position in the program."""
+    return int(name.removeprefix("op"))
+
+
+def can_fuse(first: Step, second: Step, ancestors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
+             options: CompileOptions) -> tuple[str, KernelGroup | None]:
+    """(reason, None) when the pair cannot share a kernel, else ("", the fused group)."""
+    if isinstance(first, ExternStep) or isinstance(second, ExternStep):
+        return "extern nodes run as ATen calls and never fuse", None
+    if len(first.nodes) + len(second.nodes) > options.max_fusion_size:
+        return f"the group would hold {len(first.nodes) + len(second.nodes)} nodes, over max_fusion_size={options.max_fusion_size}", None
+    if _creates_cycle(first, second, ancestors) or _creates_cycle(second, first, ancestors):
+        return "fusing would create a cycle: a path leaves the group and re-enters it", None
+    nodes = sorted(first.nodes + second.nodes, key=lambda n: program_order(n.name))
+    try:
+        mapping = map_group(nodes, read_writes)
+    except FusionRefused as why:
+        return str(why), None
+    return "", KernelGroup(f"{first.name}+{second.name}", nodes, mapping, min(first.order, second.order),
+                           max(first.last, second.last))
+
+
+def _creates_cycle(producer: Step, consumer: Step, ancestors: dict[str, set[str]]) -> bool:
+    """True if some node outside both depends on `producer` and is needed by `consumer`."""
+    inside = set(producer.node_names) | set(consumer.node_names)
+    consumer_needs = set().union(*(ancestors[n] for n in consumer.node_names)) - inside
+    return any(set(producer.node_names) & ancestors[n] for n in consumer_needs)
+
+
+def score_fusion(first: Step, second: Step, read_writes: dict[str, ReadWrites], program: Program) -> tuple[int, int]:
+    """(bytes of shared buffers that one kernel reads or writes once instead of twice, -distance)."""
+    def buffers(step: Step) -> set[str]:
+        names = set()
+        for n in step.node_names:
+            names |= {d.buffer for d in read_writes[n].reads | read_writes[n].writes if isinstance(d, MemoryDep)}
+        return names
+
+    shared = buffers(first) & buffers(second)
+    saved = sum(program.buffers[b].layout.numel * _ITEMSIZE[program.buffers[b].dtype] for b in shared)
+    distance = abs(second.order - first.last)
+    return saved, -distance
+
+
+def mark_internal_buffers(steps: list[Step], read_writes: dict[str, ReadWrites], program: Program) -> None:
+    """Buffers a group writes that no other step and no output reads stay in registers."""
+    outputs = {o.buffer.name for o in program.outputs} | {b.name for b in program.inputs}
+    readers: dict[str, set[int]] = {}
+    for i, step in enumerate(steps):
+        for name in step.node_names:
+            for buffer in read_writes[name].read_buffers():
+                readers.setdefault(buffer, set()).add(i)
+    for i, step in enumerate(steps):
+        if isinstance(step, KernelGroup) and len(step.nodes) > 1:
+            written = set().union(*(read_writes[n].write_buffers() for n in step.node_names))
+            step.internal = {b for b in written if b not in outputs and readers.get(b, set()) <= {i}}

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.codegen.heuristics import launch_config
-from compiler.codegen.kernel import KernelWriter, assemble, write_node
+from compiler.codegen.group import assemble, dropped_stores, write_group
+from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, Schedule
@@ -56,27 +57,26 @@ class Generated:
 def generate(schedule: Schedule, target: str, options: CompileOptions) -> Generated:
     buffers = schedule.program.buffers
     dtypes = {name: b.dtype for name, b in buffers.items()}
-    kernels = [generate_kernel(step, dtypes, buffers, portable_math=target == "cpu") for step in schedule.steps if isinstance(step, KernelGroup)]
+    kernels = [generate_kernel(step, schedule, dtypes, portable_math=target == "cpu")
+               for step in schedule.steps if isinstance(step, KernelGroup)]
     plan = build_plan(schedule, {k.name: k for k in kernels})
     files = {f"kernels/{k.name}.py": k.source.encode() for k in kernels}
     note = "heuristic launch configs: autotuning runs only on GPU workers"
     return Generated(kernels, plan, schedule.fusion_log, note, files)
 
 
-def generate_kernel(group: KernelGroup, dtypes: dict[str, str], buffers: dict, portable_math: bool) -> KernelSource:
-    touched = {s.buffer.name for n in group.nodes for s in n.stores}
+def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], portable_math: bool) -> KernelSource:
+    config = launch_config(group.numel, group.rnumel, group.is_reduction)
+    buffers = schedule.program.buffers
+    touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
+                            for n in group.node_names))
     largest = max([group.numel * group.rnumel] + [buffers[b].layout.storage_numel() for b in touched])
-    writer = KernelWriter(group.name, group.is_reduction, "int64" if largest > INT32_LIMIT else "int32", dtypes, portable_math)
-    for node in group.nodes:
-        write_node(writer, node)
-    if any(buffers[b].layout.storage_numel() > INT32_LIMIT for b in writer.pointers) and writer.index_dtype == "int32":
-        writer = KernelWriter(group.name, group.is_reduction, "int64", dtypes, portable_math)
-        for node in group.nodes:
-            write_node(writer, node)
-    arguments = list(writer.pointers)
-    source = assemble(writer, [writer.pointers[b] for b in arguments])
+    writes = set().union(*(schedule.read_writes[n].write_buffers() for n in group.node_names))
+    writer = KernelWriter(group.name, group.numel, group.rnumel, group.is_reduction, config["persistent"],
+                          "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math)
+    write_group(writer, group, schedule.read_writes)
+    source, arguments = assemble(writer, dropped_stores(writer, group))
     return KernelSource(
         name=group.name, source=source, arguments=arguments, numel=group.numel, rnumel=group.rnumel,
-        config=launch_config(group.numel, group.rnumel, group.is_reduction),
-        nodes=[n.name for n in group.nodes], origins=sorted({o for n in group.nodes for o in n.origins}),
+        config=config, nodes=group.node_names, origins=sorted({o for n in group.nodes for o in n.origins}),
     )

@@ -25,39 +25,76 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
     inputs = {b.name for b in program.inputs}
     outputs = {o.buffer.name for o in program.outputs}
     step_buffers = [_buffers_of(step, kernels) for step in schedule.steps]
-    last_use = {}
-    for i, used in enumerate(step_buffers):
-        for name in used:
-            last_use[name] = i
+    last_use = {name: i for i, used in enumerate(step_buffers) for name in used}
+    pool: dict[tuple[int, str], list[str]] = {}  # freed plan-allocated buffers by (numel, dtype)
     steps: list[dict[str, Any]] = []
     allocated: set[str] = set()
     for i, step in enumerate(schedule.steps):
         if isinstance(step, KernelGroup):
             kernel = kernels[step.name]
             for name in kernel.arguments:
-                if name not in inputs and name not in allocated and program.buffers[name].kind == "computed":
-                    steps.append({"op": "alloc", "buffer": name})
+                if name not in allocated and program.buffers[name].kind == "computed":
+                    steps.append(_allocate(name, program.buffers[name], pool))
                     allocated.add(name)
             if kernel.numel > 0:
                 steps.append(_kernel_step(kernel))
         else:
-            steps.append(_extern_step(step))
+            steps.append(_extern_step(step.node))
         for name in sorted(step_buffers[i]):
             if last_use[name] == i and name not in inputs and name not in outputs:
                 steps.append({"op": "free", "buffer": name})
-    return {
+                if name in allocated:
+                    pool.setdefault(_pool_key(program.buffers[name]), []).append(name)
+    _mark_kept(steps)
+    plan = {
         "inputs": [{"buffer": b.name, **b.layout.to_json()} for b in program.inputs],
         "buffers": {name: {"numel": program.buffers[name].layout.storage_numel(), "dtype": program.buffers[name].dtype}
                     for name in sorted(allocated)},
         "steps": steps,
         "outputs": [{"buffer": o.buffer.name, **o.layout.to_json()} for o in program.outputs],
     }
+    plan["peak_bytes"] = peak_bytes(plan)
+    return plan
+
+
+def _pool_key(buffer: Any) -> tuple[int, str]:
+    return buffer.layout.storage_numel(), buffer.dtype
+
+
+def _allocate(name: str, buffer: Any, pool: dict[tuple[int, str], list[str]]) -> dict[str, Any]:
+    free = pool.get(_pool_key(buffer))
+    if free:
+        return {"op": "alloc", "buffer": name, "reuse": free.pop(0)}
+    return {"op": "alloc", "buffer": name}
+
+
+def _mark_kept(steps: list[dict[str, Any]]) -> None:
+    """A freed buffer that a later alloc reuses is kept by the runtime; the rest are released."""
+    reused = {s["reuse"] for s in steps if s["op"] == "alloc" and "reuse" in s}
+    for step in steps:
+        if step["op"] == "free":
+            step["keep"] = step["buffer"] in reused
+
+
+def peak_bytes(plan: dict[str, Any]) -> int:
+    """Most bytes the plan's own allocations hold at once (inputs and extern results excluded)."""
+    live = peak = 0
+    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2,
+                "int8": 1, "uint8": 1, "bool": 1}
+    size = {name: meta["numel"] * itemsize[meta["dtype"]] for name, meta in plan["buffers"].items()}
+    for step in plan["steps"]:
+        if step["op"] == "alloc" and "reuse" not in step:
+            live += size[step["buffer"]]
+            peak = max(peak, live)
+        elif step["op"] == "free" and step["buffer"] in size and not step["keep"]:
+            live -= size[step["buffer"]]
+    return peak
 
 
 def _buffers_of(step: Any, kernels: dict[str, Any]) -> set[str]:
     if isinstance(step, KernelGroup):
         return set(kernels[step.name].arguments)
-    return {t.buffer.name for t in step.tensor_args()} | {b.name for b in step.outputs}
+    return {t.buffer.name for t in step.node.tensor_args()} | {b.name for b in step.node.outputs}
 
 
 def _kernel_step(kernel: Any) -> dict[str, Any]:

@@ -99,6 +99,8 @@ def _finish(ctx: LoweringContext, result: Any, realize_all: bool) -> Any:
 
 
 def _finish_one(ctx: LoweringContext, value: Any, meta: torch.Tensor | None, realize_all: bool) -> Any:
+    if isinstance(value, TensorValue) and meta is not None and value.dtype != str(meta.dtype).removeprefix("torch."):
+        value = Lazy(value.size, str(meta.dtype).removeprefix("torch."), value.load)  # e.g. a bf16 sum kept in fp32
     if isinstance(value, Lazy) and realize_all:
         return ctx.realize(value, dense_layout(meta) if meta is not None and tuple(meta.shape) == value.size else None)
     return value

@@ -1,0 +1,103 @@
+"""Writes one KernelGroup as a Triton kernel: places each node in a section, evaluates
+the bodies through a KernelWriter, and assembles the source text.
+
+Placement follows data: a node runs in the earliest section where everything it reads
+from the group is available. Reduction results become available only after their
+loop, so softmax (max, then sum of exp, then divide) becomes loop / loop / loop in a
+looped kernel, and one straight pass over registers in a persistent one.
+"""
+
+from __future__ import annotations
+
+from compiler.codegen.kernel import KernelWriter, StoreLine
+from compiler.codegen.triton_helpers import HELPERS, PORTABLE_MATH
+from compiler.dependencies import ReadWrites
+from compiler.ir import ComputeNode
+from compiler.scheduler import KernelGroup
+
+
+def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites]) -> list[tuple[str, list[ComputeNode]]]:
+    """Sections in order, as (kind, nodes): x-sections at even positions, r-sections at odd."""
+    available: dict[str, int] = {}
+    position: dict[str, int] = {}
+    for node in group.nodes:
+        ready = max((available[b] for b in read_writes[node.name].read_buffers() if b in available), default=0)
+        in_r = group.is_reduction and (node.is_reduction or group.mapping.uses_rindex(node))
+        spot = ready + (1 if (ready % 2 == 0) == in_r else 0)
+        position[node.name] = spot
+        for buffer in read_writes[node.name].write_buffers():
+            available[buffer] = spot + 1 if node.is_reduction else spot
+    last = max(position.values()) + (1 if any(n.is_reduction for n in group.nodes) else 0)
+    return [("r" if i % 2 else "x", [n for n in group.nodes if position[n.name] == i]) for i in range(last + 1)]
+
+
+def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str, ReadWrites]) -> None:
+    sections = place_nodes(group, read_writes)
+    pending_reductions: list[tuple[ComputeNode, list]] = []
+    for kind, nodes in sections:
+        if (not group.is_reduction and kind == "r") or (not nodes and not pending_reductions):
+            continue
+        writer.open_section(kind)
+        for node, results in pending_reductions:  # outputs of the loop just closed
+            index, _ = group.mapping.index_of(node)
+            for store, result in zip(node.stores, results):
+                writer.store(store.buffer.name, store.layout.index(index), result)
+        pending_reductions = []
+        for node in nodes:
+            index, rindex = group.mapping.index_of(node)
+            value = node.body(writer, index, rindex)
+            if node.is_reduction:
+                accumulate = "float32" if node.reduction_type == "welford" and value.dtype != "float64" else value.dtype
+                pending_reductions.append((node, writer.reduce(node.reduction_type, value, accumulate)))
+            else:
+                for store in node.stores:
+                    writer.store(store.buffer.name, store.layout.index(index), value)
+
+
+def dropped_stores(writer: KernelWriter, group: KernelGroup) -> set[str]:
+    """Internal buffers whose every in-kernel read came from registers: never stored or allocated."""
+    return {b for b in group.internal if b not in writer.missed_loads}
+
+
+def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
+    """The kernel's source and its pointer arguments (buffer names, in order)."""
+    used = [b for b in writer.pointers if b not in dropped]
+    lines = ["import triton", "import triton.language as tl", "from triton.language.extra import libdevice", ""]
+    for helper in sorted(writer.helpers):
+        lines += ["", HELPERS.get(helper) or PORTABLE_MATH[helper]]
+    signature = ", ".join([writer.pointers[b] for b in used] + ["xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
+    body = _prologue(writer) + writer.setup
+    loop_header = _loop_header(writer)
+    for section in writer.sections:
+        rendered = [_render(line, dropped) for line in section.lines]
+        rendered = [line for line in rendered if line is not None]
+        if section.kind == "r" and not writer.persistent:
+            body += loop_header + [f"    {line}" for line in rendered]
+        else:
+            body += rendered
+    body += writer.pending_after
+    source = "\n".join(lines + ["", "", "@triton.jit", f"def {writer.name}({signature}):"] + [f"    {line}" for line in body])
+    return source + "\n", used
+
+
+def _render(line: str | StoreLine, dropped: set[str]) -> str | None:
+    if isinstance(line, StoreLine):
+        return None if line.buffer in dropped else line.text
+    return line
+
+
+def _prologue(writer: KernelWriter) -> list[str]:
+    program_id = "tl.program_id(0).to(tl.int64)" if writer.index_dtype == "int64" else "tl.program_id(0)"
+    arange = "tl.arange(0, {n}).to(tl.int64)" if writer.index_dtype == "int64" else "tl.arange(0, {n})"
+    if not writer.is_reduction:
+        return [f"xoffset = {program_id} * XBLOCK", f"xindex = xoffset + {arange.format(n='XBLOCK')}", "xmask = xindex < xnumel"]
+    lines = [f"xoffset = {program_id} * XBLOCK", f"xindex = xoffset + {arange.format(n='XBLOCK')}[:, None]",
+             "xmask = xindex < xnumel", f"rbase = {arange.format(n='RBLOCK')}[None, :]"]
+    if writer.persistent:
+        lines += ["rindex = rbase", "rmask = rindex < rnumel", "rxmask = rmask & xmask"]
+    return lines
+
+
+def _loop_header(writer: KernelWriter) -> list[str]:
+    return ["for roffset in range(0, rnumel, RBLOCK):", "    rindex = roffset + rbase",
+            "    rmask = rindex < rnumel", "    rxmask = rmask & xmask"]

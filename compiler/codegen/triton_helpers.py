@@ -1,0 +1,103 @@
+"""Helper @triton.jit functions that generated kernels include when they use them:
+combine functions for reductions, and tl.math-only versions of libdevice functions
+for Triton's interpreter (which implements tl.math but not libdevice)."""
+
+HELPERS = {
+    "max": '''@triton.jit
+def _fw_max_combine(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+''',
+    "min": '''@triton.jit
+def _fw_min_combine(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+''',
+    "prod": '''@triton.jit
+def _fw_prod_combine(a, b):
+    return a * b
+''',
+    "argmax": '''@triton.jit
+def _fw_argmax_combine(value_a, index_a, value_b, index_b):
+    nan_a = value_a != value_a
+    nan_b = value_b != value_b
+    take_a = (value_a > value_b) | (nan_a & ~nan_b) | ((value_a == value_b) | (nan_a & nan_b)) & (index_a < index_b)
+    return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
+''',
+    "argmin": '''@triton.jit
+def _fw_argmin_combine(value_a, index_a, value_b, index_b):
+    nan_a = value_a != value_a
+    nan_b = value_b != value_b
+    take_a = (value_a < value_b) | (nan_a & ~nan_b) | ((value_a == value_b) | (nan_a & nan_b)) & (index_a < index_b)
+    return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
+''',
+    "welford": '''@triton.jit
+def _fw_welford_combine(mean_a, m2_a, weight_a, mean_b, m2_b, weight_b):
+    weight = weight_a + weight_b
+    delta = mean_b - mean_a
+    fraction = tl.where(weight == 0.0, 0.0, weight_b / tl.where(weight == 0.0, 1.0, weight))
+    return mean_a + delta * fraction, m2_a + m2_b + delta * delta * weight_a * fraction, weight
+''',
+}
+
+
+# Triton's interpreter implements tl.math but not libdevice, so kernels for the "cpu"
+# target compute these functions from tl.math primitives; cuda targets call libdevice.
+PORTABLE_MATH = {
+    "tanh": """@triton.jit
+def _fw_tanh(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+""",
+    "log1p": """@triton.jit
+def _fw_log1p(x):
+    u = 1.0 + x
+    return tl.where(u == 1.0, x, tl.log(u) * (x / tl.where(u == 1.0, 1.0, u - 1.0)))
+""",
+    "expm1": """@triton.jit
+def _fw_expm1(x):
+    u = tl.exp(x)
+    safe = tl.where((u == 1.0) | (u == 0.0), 2.0, u)
+    return tl.where(u == 1.0, x, tl.where(u == 0.0, -1.0, (safe - 1.0) * (x / tl.log(safe))))
+""",
+    "trunc": """@triton.jit
+def _fw_trunc(x):
+    return tl.where(x >= 0, tl.floor(x), tl.ceil(x))
+""",
+    "nearbyint": """@triton.jit
+def _fw_nearbyint(x):
+    r = tl.floor(x + 0.5)
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0
+    return tl.where(((r - x) == 0.5) & odd, r - 1.0, r)
+""",
+    "pow": """@triton.jit
+def _fw_pow(a, b):
+    magnitude = tl.exp(b * tl.log(tl.abs(a)))
+    integral = b == tl.floor(b)
+    odd = integral & ((b - 2.0 * tl.floor(b * 0.5)) != 0)
+    signed = tl.where(odd, -magnitude, magnitude)
+    result = tl.where(a < 0, tl.where(integral, signed, float("nan")), magnitude)
+    return tl.where(b == 0, 1.0, result)
+""",
+    "fmod": """@triton.jit
+def _fw_fmod(a, b):
+    q = a / b
+    return a - tl.where(q >= 0, tl.floor(q), tl.ceil(q)) * b
+""",
+    "sinh": """@triton.jit
+def _fw_sinh(x):
+    return 0.5 * (tl.exp(x) - tl.exp(-x))
+""",
+    "cosh": """@triton.jit
+def _fw_cosh(x):
+    return 0.5 * (tl.exp(x) + tl.exp(-x))
+""",
+    "tan": """@triton.jit
+def _fw_tan(x):
+    return tl.sin(x) / tl.cos(x)
+""",
+    "round_to_bf16": """@triton.jit
+def _fw_round_to_bf16(x):
+    # the interpreter truncates float32 -> bfloat16; round to nearest even first, as the GPU does
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+    return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
+""",
+}

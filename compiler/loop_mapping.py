@@ -1,0 +1,208 @@
+"""Where each node of a fused group runs inside one kernel's iteration space.
+
+A kernel iterates `xindex` over X outputs and `rindex` over R reduction elements (R = 1
+for pointwise kernels). Fusing nodes means expressing every node's own loop variables
+as functions of (xindex, rindex) such that, at every kernel point, a node that reads a
+buffer another member writes reads exactly the element written at that point.
+
+The mapping is found through shared buffers: the anchor (the group's first reduction,
+else its first node) maps its loops onto the kernel directly; any other node that
+accesses a buffer the mapped nodes access is mapped by inverting its own access
+(`a_U(u) == a_M(m(k))` solved for u). Inverting an access also reorders loops: a
+transpose + add maps the producer's (i, j) onto the consumer's (j, i) ("loop
+reordering"). A group whose accesses disagree is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+import sympy
+
+from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.indexing import (
+    RINDEX, XINDEX, Expr, ModularIndexing, affine_coefficients, index_symbol, simplify_index, unflatten,
+)
+from compiler.ir import ComputeNode
+
+_EXHAUSTIVE_POINTS = 4096
+_SAMPLED_POINTS = 512
+
+
+@dataclass
+class NodeMapping:
+    """A node's loop variables (x_i, r_j symbols) as expressions of xindex/rindex."""
+
+    substitutions: dict[sympy.Symbol, Expr]
+
+    def apply(self, expr: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
+        return simplify_index(expr.xreplace(self.substitutions), bounds)
+
+
+@dataclass
+class GroupMapping:
+    numel: int
+    rnumel: int
+    nodes: dict[str, NodeMapping]
+
+    @property
+    def bounds(self) -> dict[sympy.Symbol, int]:
+        return {XINDEX: self.numel, RINDEX: self.rnumel}
+
+    def index_of(self, node: ComputeNode) -> tuple[list[Expr], list[Expr]]:
+        """The node's (index, rindex) lists in kernel terms, ready for its body."""
+        mapping = self.nodes[node.name]
+        index = [mapping.apply(_var("x", i, s), self.bounds) for i, s in enumerate(node.ranges)]
+        rindex = [mapping.apply(_var("r", i, s), self.bounds) for i, s in enumerate(node.reduction_ranges)]
+        return index, rindex
+
+    def uses_rindex(self, node: ComputeNode) -> bool:
+        return any(RINDEX in e.free_symbols for e in self.nodes[node.name].substitutions.values())
+
+
+class FusionRefused(ValueError):
+    """A group of nodes cannot share one kernel; the message is the WhyNoFuse reason."""
+
+
+def _var(prefix: str, i: int, size: int) -> Expr:
+    return index_symbol(prefix, i) if size != 1 else sympy.Integer(0)
+
+
+def _space(node: ComputeNode) -> list[tuple[sympy.Symbol, int]]:
+    return [(index_symbol("x", i), s) for i, s in enumerate(node.ranges) if s != 1] + \
+           [(index_symbol("r", i), s) for i, s in enumerate(node.reduction_ranges) if s != 1]
+
+
+def map_group(nodes: list[ComputeNode], read_writes: dict[str, ReadWrites]) -> GroupMapping:
+    """Maps every node onto one kernel space, or raises FusionRefused."""
+    anchor = next((n for n in nodes if n.is_reduction), nodes[0])
+    numel, rnumel = anchor.numel, anchor.rnumel if anchor.is_reduction else 1
+    bounds = {XINDEX: numel, RINDEX: rnumel}
+    mapped: dict[str, NodeMapping] = {anchor.name: _direct_mapping(anchor, bounds)}
+    by_name = {n.name: n for n in nodes}
+    pending = [n for n in nodes if n.name != anchor.name]
+    while pending:
+        progress = False
+        for node in list(pending):
+            mapping = _derive(node, mapped, by_name, read_writes, bounds)
+            if mapping is not None:
+                mapped[node.name] = mapping
+                pending.remove(node)
+                progress = True
+        if not progress:
+            raise FusionRefused(f"no shared access maps {pending[0].name} into the kernel's loops")
+    group = GroupMapping(numel, rnumel, mapped)
+    _check_consistent(nodes, group, read_writes)
+    return group
+
+
+def _direct_mapping(node: ComputeNode, bounds: dict[sympy.Symbol, int]) -> NodeMapping:
+    substitutions: dict[sympy.Symbol, Expr] = {}
+    for i, expr in enumerate(unflatten(XINDEX, node.ranges)):
+        if node.ranges[i] != 1:
+            substitutions[index_symbol("x", i)] = simplify_index(expr, bounds)
+    for i, expr in enumerate(unflatten(RINDEX, node.reduction_ranges)):
+        if node.reduction_ranges[i] != 1:
+            substitutions[index_symbol("r", i)] = simplify_index(expr, bounds)
+    return NodeMapping(substitutions)
+
+
+def _derive(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str, ComputeNode],
+            read_writes: dict[str, ReadWrites], bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
+    if node.is_reduction:
+        if (node.numel, node.rnumel) != (bounds[XINDEX], bounds[RINDEX]):
+            raise FusionRefused(
+                f"reduction {node.name} iterates {node.numel}x{node.rnumel}, the kernel {bounds[XINDEX]}x{bounds[RINDEX]}")
+        return _direct_mapping(node, bounds)
+    mine = _accesses(read_writes[node.name])
+    for other_name, other_mapping in mapped.items():
+        for (buffer, index, kind), (other_buffer, other_index, other_kind) in itertools.product(
+                mine, _accesses(read_writes[other_name])):
+            if buffer != other_buffer or (kind == other_kind == "write"):
+                continue
+            kernel_index = other_mapping.apply(other_index, bounds)
+            mapping = _invert(node, index, kernel_index, bounds)
+            if mapping is not None:
+                return mapping
+    return None
+
+
+def _accesses(rw: ReadWrites) -> list[tuple[str, Expr, str]]:
+    return [(d.buffer, d.index, "read") for d in rw.reads if isinstance(d, MemoryDep)] + \
+           [(d.buffer, d.index, "write") for d in rw.writes if isinstance(d, MemoryDep)]
+
+
+def _invert(node: ComputeNode, access: Expr, kernel_index: Expr, bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
+    """Solves access(u) == kernel_index for the node's variables u, if access is a dense bijection."""
+    space = _space(node)
+    symbols = [s for s, _ in space]
+    affine = affine_coefficients(access, symbols)
+    if affine is None:
+        return None
+    coefficients, constant = affine
+    if len(coefficients) != len(symbols) or any(c <= 0 for c in coefficients.values()):
+        return None
+    ordered = sorted(space, key=lambda item: coefficients[item[0]])
+    for (s0, size0), (s1, _) in zip(ordered, ordered[1:]):
+        if coefficients[s1] != coefficients[s0] * size0:
+            return None  # not dense: the access skips or overlaps elements
+    node_numel = 1
+    for _, size in space:
+        node_numel *= size
+    if XINDEX not in kernel_index.free_symbols:
+        return None  # would recompute the node for every output row
+    kernel_points = bounds[XINDEX] * (bounds[RINDEX] if RINDEX in kernel_index.free_symbols else 1)
+    if node_numel != kernel_points:
+        return None
+    offset = kernel_index - constant
+    substitutions = {s: simplify_index(ModularIndexing(offset, coefficients[s], size), bounds) for s, size in space}
+    return NodeMapping(substitutions)
+
+
+def _check_consistent(nodes: list[ComputeNode], group: GroupMapping, read_writes: dict[str, ReadWrites]) -> None:
+    """Every read of a buffer written in the group must read, at each kernel point, the element written there."""
+    writes: dict[str, tuple[str, Expr]] = {}
+    for node in nodes:
+        for dep in read_writes[node.name].writes:
+            if isinstance(dep, MemoryDep):
+                if dep.buffer in writes:
+                    raise FusionRefused(f"{writes[dep.buffer][0]} and {node.name} both write {dep.buffer}")
+                writes[dep.buffer] = (node.name, group.nodes[node.name].apply(dep.index, group.bounds))
+    for node in nodes:
+        for dep in read_writes[node.name].reads:
+            if dep.buffer not in writes or writes[dep.buffer][0] == node.name:
+                continue
+            if not isinstance(dep, MemoryDep):
+                raise FusionRefused(f"{node.name} reads {dep.buffer} through an indirect index")
+            read_index = group.nodes[node.name].apply(dep.index, group.bounds)
+            if not same_index(read_index, writes[dep.buffer][1], group.bounds):
+                raise FusionRefused(f"{node.name} reads {dep.buffer} at other elements than {writes[dep.buffer][0]} writes")
+
+
+def same_index(a: Expr, b: Expr, bounds: dict[sympy.Symbol, int]) -> bool:
+    """Whether two index expressions agree at every kernel point.
+
+    Symbolic equality first; otherwise evaluated at every point for small kernels, or at
+    the corners of each range plus random points for large ones.
+    """
+    if sympy.expand(a - b) == 0:
+        return True
+    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
+    if any(s not in bounds for s in symbols):
+        return False
+    total = 1
+    for s in symbols:
+        total *= bounds[s]
+    if total <= _EXHAUSTIVE_POINTS:
+        points = itertools.product(*[range(bounds[s]) for s in symbols])
+    else:
+        rng = random.Random(0)
+        corners = itertools.product(*[(0, 1, bounds[s] - 1) for s in symbols])
+        points = itertools.chain(corners, ([rng.randrange(bounds[s]) for s in symbols] for _ in range(_SAMPLED_POINTS)))
+    for point in points:
+        values = dict(zip(symbols, map(sympy.Integer, point)))
+        if a.xreplace(values) != b.xreplace(values):
+            return False
+    return True

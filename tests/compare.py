@@ -1,0 +1,27 @@
+"""Comparing compiled outputs with eager ones, with dtype-appropriate tolerances."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+TOLERANCES = {  # (atol, rtol)
+    torch.float32: (1e-4, 1e-4),
+    torch.float64: (1e-8, 1e-7),
+    torch.bfloat16: (2e-2, 1.6e-2),
+    torch.float16: (2e-3, 2e-3),
+}
+
+
+def assert_close_outputs(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], where: str = "") -> None:
+    assert len(actual) == len(expected), f"{where}: {len(actual)} outputs, expected {len(expected)}"
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        label = f"{where} output {i}"
+        assert a.shape == e.shape, f"{label}: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
+        assert a.dtype == e.dtype, f"{label}: dtype {a.dtype}, expected {e.dtype}"
+        if e.dtype in TOLERANCES:
+            atol, rtol = TOLERANCES[e.dtype]
+            torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{label}: {m}")
+        else:
+            assert torch.equal(a, e), f"{label}: values differ"
