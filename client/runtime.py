@@ -88,8 +88,8 @@ class CompiledGraph:
         config = step["config"]
         args = [env[name] for name in step["args"]]
         grid = tuple(step["grid"])
-        kernel[grid](*args, step["xnumel"], step["rnumel"], XBLOCK=config["XBLOCK"], RBLOCK=config["RBLOCK"],
-                     num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
+        kernel[grid](*args, xnumel=step["xnumel"], rnumel=step["rnumel"], XBLOCK=config["XBLOCK"],
+                     RBLOCK=config["RBLOCK"], num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
 
     @staticmethod
     def _extern(step: dict[str, Any], env: dict[str, torch.Tensor], device: torch.device) -> None:

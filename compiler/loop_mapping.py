@@ -162,14 +162,17 @@ def _invert(node: ComputeNode, access: Expr, kernel_index: Expr, bounds: dict[sy
 
 
 def _check_consistent(nodes: list[ComputeNode], group: GroupMapping, read_writes: dict[str, ReadWrites]) -> None:
-    """Every read of a buffer written in the group must read, at each kernel point, the element written there."""
+    """Every read of a buffer written in the group must read, at each kernel point, the element
+    written there; a buffer written twice (in-place updates) must be written at the same element."""
     writes: dict[str, tuple[str, Expr]] = {}
     for node in nodes:
         for dep in read_writes[node.name].writes:
-            if isinstance(dep, MemoryDep):
-                if dep.buffer in writes:
-                    raise FusionRefused(f"{writes[dep.buffer][0]} and {node.name} both write {dep.buffer}")
-                writes[dep.buffer] = (node.name, group.nodes[node.name].apply(dep.index, group.bounds))
+            if not isinstance(dep, MemoryDep):
+                continue
+            index = group.nodes[node.name].apply(dep.index, group.bounds)
+            if dep.buffer in writes and not same_index(index, writes[dep.buffer][1], group.bounds):
+                raise FusionRefused(f"{writes[dep.buffer][0]} and {node.name} write different elements of {dep.buffer}")
+            writes.setdefault(dep.buffer, (node.name, index))
     for node in nodes:
         for dep in read_writes[node.name].reads:
             if dep.buffer not in writes or writes[dep.buffer][0] == node.name:

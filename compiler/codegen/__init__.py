@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.codegen.heuristics import launch_config
+from compiler.codegen.aot import build_cubins
 from compiler.codegen.group import assemble, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
@@ -59,8 +60,11 @@ def generate(schedule: Schedule, target: str, options: CompileOptions) -> Genera
     dtypes = {name: b.dtype for name, b in buffers.items()}
     kernels = [generate_kernel(step, schedule, dtypes, portable_math=target == "cpu")
                for step in schedule.steps if isinstance(step, KernelGroup)]
+    if target.startswith("cuda:"):
+        build_cubins(kernels, dtypes, target)
     plan = build_plan(schedule, {k.name: k for k in kernels})
     files = {f"kernels/{k.name}.py": k.source.encode() for k in kernels}
+    files |= {f"cubins/{k.name}.cubin": k.cubin for k in kernels if k.cubin is not None}
     note = "heuristic launch configs: autotuning runs only on GPU workers"
     return Generated(kernels, plan, schedule.fusion_log, note, files)
 

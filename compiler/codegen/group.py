@@ -65,7 +65,8 @@ def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
     lines = ["import triton", "import triton.language as tl", "from triton.language.extra import libdevice", ""]
     for helper in sorted(writer.helpers):
         lines += ["", HELPERS.get(helper) or PORTABLE_MATH[helper]]
-    signature = ", ".join([writer.pointers[b] for b in used] + ["xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
+    signature = ", ".join([writer.pointers[b] for b in used] + ["xnumel: tl.constexpr", "rnumel: tl.constexpr",
+                                                                  "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
     body = _prologue(writer) + writer.setup
     loop_header = _loop_header(writer)
     for section in writer.sections:

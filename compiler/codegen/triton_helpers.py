@@ -49,13 +49,15 @@ def _fw_tanh(x):
     "log1p": """@triton.jit
 def _fw_log1p(x):
     u = 1.0 + x
-    return tl.where(u == 1.0, x, tl.log(u) * (x / tl.where(u == 1.0, 1.0, u - 1.0)))
+    finite = (u != 1.0) & (u != float("inf"))
+    return tl.where(finite, tl.log(u) * (x / tl.where(finite, u - 1.0, 1.0)), tl.where(u == 1.0, x, u))
 """,
     "expm1": """@triton.jit
 def _fw_expm1(x):
     u = tl.exp(x)
-    safe = tl.where((u == 1.0) | (u == 0.0), 2.0, u)
-    return tl.where(u == 1.0, x, tl.where(u == 0.0, -1.0, (safe - 1.0) * (x / tl.log(safe))))
+    special = (u == 1.0) | (u == 0.0) | (u == float("inf"))
+    safe = tl.where(special, 2.0, u)
+    return tl.where(special, tl.where(u == 1.0, x, u - 1.0), (safe - 1.0) * (x / tl.log(safe)))
 """,
     "trunc": """@triton.jit
 def _fw_trunc(x):
@@ -63,9 +65,11 @@ def _fw_trunc(x):
 """,
     "nearbyint": """@triton.jit
 def _fw_nearbyint(x):
-    r = tl.floor(x + 0.5)
-    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0
-    return tl.where(((r - x) == 0.5) & odd, r - 1.0, r)
+    # x - floor(x) is exact (x + 0.5 is not: it rounds for |x| >= 2**23 and just below 0.5)
+    f = tl.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0
+    return tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
 """,
     "pow": """@triton.jit
 def _fw_pow(a, b):
@@ -92,6 +96,34 @@ def _fw_cosh(x):
     "tan": """@triton.jit
 def _fw_tan(x):
     return tl.sin(x) / tl.cos(x)
+""",
+    "atan": """@triton.jit
+def _fw_atan(x):
+    # Cephes atanf: reduce |x| to [0, tan(pi/8)], then a degree-9 odd polynomial
+    a = tl.abs(x)
+    big = a > 2.414213562373095
+    mid = a > 0.41421356237309503
+    base = tl.where(big, 1.5707963267948966, tl.where(mid, 0.7853981633974483, 0.0))
+    t = tl.where(big, -1.0 / tl.where(big, a, 1.0), tl.where(mid, (a - 1.0) / (a + 1.0), a))
+    z = t * t
+    p = (((0.0805374449538 * z - 0.138776856032) * z + 0.199777106478) * z - 0.333329491539) * z * t + t
+    return tl.where(x < 0, -(base + p), base + p)
+""",
+    "atan2": """@triton.jit
+def _fw_atan2(y, x):
+    ax = tl.abs(x)
+    ay = tl.abs(y)
+    hi = tl.maximum(ax, ay)
+    t = tl.minimum(ax, ay) / tl.where(hi == 0.0, 1.0, hi)
+    mid = t > 0.41421356237309503
+    u = tl.where(mid, (t - 1.0) / (t + 1.0), t)
+    z = u * u
+    p = (((0.0805374449538 * z - 0.138776856032) * z + 0.199777106478) * z - 0.333329491539) * z * u + u
+    r = tl.where(mid, 0.7853981633974483 + p, p)
+    r = tl.where((ax == float("inf")) & (ay == float("inf")), 0.7853981633974483, r)
+    r = tl.where(ay > ax, 1.5707963267948966 - r, r)
+    r = tl.where(x < 0, 3.141592653589793 - r, r)
+    return tl.where((x != x) | (y != y), x + y, tl.where(y < 0, -r, r))
 """,
     "round_to_bf16": """@triton.jit
 def _fw_round_to_bf16(x):

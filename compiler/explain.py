@@ -1,0 +1,37 @@
+"""Human-readable account of how a graph was compiled: kernels, the nodes and wire ops
+fused into each, and every fusion the scheduler refused with its reason."""
+
+from __future__ import annotations
+
+from compiler.artifact import Artifact
+from compiler.graph import Graph
+from compiler.options import CompileOptions
+
+
+def explain(graph: Graph, target: str = "cpu", options: CompileOptions | dict | None = None) -> str:
+    import compiler
+
+    return describe(compiler.compile(graph, target, options))
+
+
+def describe(artifact: Artifact) -> str:
+    manifest = artifact.manifest
+    plan = manifest["plan"]
+    lines = [f"key {manifest['key']}  target {manifest['target']}",
+             f"{len(manifest['kernels'])} kernels, "
+             f"{sum(1 for s in plan['steps'] if s['op'] == 'extern')} extern calls, "
+             f"planned peak {plan['peak_bytes']} bytes", ""]
+    for kernel in manifest["kernels"]:
+        config = kernel["config"]
+        shape = f"{kernel['numel']}" + (f" x {kernel['rnumel']}" if kernel["rnumel"] > 1 else "")
+        kind = "persistent reduction" if config.get("persistent") else ("looped reduction" if kernel["rnumel"] > 1 else "pointwise")
+        lines.append(f"{kernel['name']}: {kind} over {shape}, XBLOCK={config['XBLOCK']} RBLOCK={config['RBLOCK']}")
+        lines.append(f"    IR nodes {', '.join(kernel['nodes'])}")
+        lines.append(f"    from wire nodes {', '.join(kernel['origins'])}")
+    externs = [s for s in plan["steps"] if s["op"] == "extern"]
+    for step in externs:
+        lines.append(f"extern {step['target']} -> {', '.join(step['outputs'])}")
+    refused = manifest["fusion"]["refused"]
+    lines += ["", f"fusions refused ({len(refused)}):"]
+    lines += [f"    {r['node1']} + {r['node2']}: {r['reason']}" for r in refused] or ["    none"]
+    return "\n".join(lines)

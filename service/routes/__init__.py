@@ -1,0 +1,1 @@
+"""One router per resource: submit (POST /compile), jobs, artifacts, health (+ metrics)."""

@@ -1,0 +1,151 @@
+"""The scheduler: fused kernel counts for named patterns, cycle and mutation safety,
+memory planning, and the explanations it records."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import compiler
+from client.runtime import load
+from compiler.explain import describe
+from compiler.fx_import import from_fx, run_eager
+from tests.compare import assert_close_outputs
+from tests.corpus import corpus_inputs, load_graph
+
+
+def compile_and_check(fn, *inputs, options=None):
+    """Compiles fn, checks outputs and mutated inputs against eager, returns the artifact."""
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    artifact = compiler.compile(graph, "cpu", options)
+    ours = [t.clone() for t in inputs]
+    theirs = [t.clone() for t in inputs]
+    assert_close_outputs(load(artifact)(*ours), [o for o in _eager_mutating(graph, theirs)])
+    assert_close_outputs(ours, theirs, where="mutated inputs")
+    return artifact
+
+
+def _eager_mutating(graph, inputs):
+    from compiler.fx_import import resolve_op, from_arg
+
+    env = {spec.name: t for spec, t in zip(graph.inputs, inputs)}
+    for node in graph.nodes:  # eager ATen on the caller's tensors, so in-place ops mutate them
+        env[node.name] = resolve_op(node.target)(*[from_arg(a, env, torch.device("cpu")) for a in node.args],
+                                                 **{k: from_arg(v, env, torch.device("cpu")) for k, v in node.kwargs.items()})
+    return [from_arg(ref, env, torch.device("cpu")) for ref in graph.outputs]
+
+
+def kernel_count(artifact) -> int:
+    return len(artifact.manifest["kernels"])
+
+
+x = torch.randn(9, 40)
+w, b, r = torch.randn(40), torch.randn(40), torch.randn(9, 40)
+
+
+def test_layer_norm_forward_is_one_kernel():
+    assert kernel_count(compile_and_check(lambda x, w, b: F.layer_norm(x, (40,), w, b), x, w, b)) == 1
+
+
+def test_softmax_is_one_kernel():
+    assert kernel_count(compile_and_check(lambda x: torch.softmax(x, -1), x)) == 1
+
+
+def test_bias_gelu_is_one_kernel():
+    assert kernel_count(compile_and_check(lambda x, b: F.gelu(x + b, approximate="tanh"), x, b)) == 1
+
+
+def test_residual_add_layer_norm_is_one_kernel_with_two_outputs():
+    def residual_ln(x, r, w, b):
+        h = x + r
+        return h, F.layer_norm(h, (40,), w, b)
+
+    artifact = compile_and_check(residual_ln, x, r, w, b)
+    assert kernel_count(artifact) == 1
+    kernel = artifact.manifest["kernels"][0]
+    stored = [line for line in artifact.kernel_source(kernel).splitlines() if "tl.store(" in line]
+    assert len(stored) == 2
+
+
+def test_cross_entropy_forward_is_at_most_two_kernels():
+    target = torch.randint(0, 40, (9,))
+    assert kernel_count(compile_and_check(lambda x, t: F.cross_entropy(x, t), x, target)) <= 2
+
+
+def test_looped_reductions_fuse_and_stay_correct():
+    wide = torch.randn(3, 2500)  # wider than a persistent row: the kernel loops over the reduction
+    artifact = compile_and_check(lambda x: (torch.softmax(x, -1), F.layer_norm(x, (2500,))), wide)
+    assert kernel_count(artifact) == 1
+    assert artifact.manifest["kernels"][0]["config"]["persistent"] is False
+
+
+@pytest.mark.parametrize("name", ["adam_step_fp32", "adam_step_inplace_fp32"])
+def test_adam_step_is_at_most_one_kernel_per_parameter(name):
+    graph = load_graph(name)
+    artifact = compiler.compile(graph, "cpu")
+    params = sum(1 for spec in graph.inputs if spec.name.startswith("p"))
+    assert params == 3
+    assert 1 <= kernel_count(artifact) <= params
+    inputs = corpus_inputs(name)
+    assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs))
+
+
+def test_transpose_add_fuses_by_reordering_loops():
+    artifact = compile_and_check(lambda a, b: torch.relu(a.t() + 1) * b, torch.randn(30, 20), torch.randn(20, 30))
+    assert kernel_count(artifact) == 1
+
+
+def test_fusion_across_an_extern_would_be_a_cycle_and_is_refused():
+    def fn(a, m):
+        h = torch.sigmoid(a)          # kernel
+        p = h @ m                     # extern, needs h
+        return h + p                  # needs h and p: fusing it with h would put p inside the group
+    artifact = compile_and_check(fn, torch.randn(8, 8), torch.randn(8, 8))
+    assert kernel_count(artifact) == 2
+    reasons = [r["reason"] for r in artifact.manifest["fusion"]["refused"]]
+    assert any("cycle" in reason for reason in reasons), reasons
+
+
+def test_mutation_keeps_reads_before_and_after_in_order():
+    def fn(a, c):
+        before = a * 2
+        a.add_(c)
+        after = a * 3
+        return before, after
+    compile_and_check(fn, torch.randn(5, 7), torch.randn(5, 7))
+
+
+def test_unfused_chain_planned_peak_memory_does_not_grow_with_length():
+    def chain(n):
+        def fn(a):
+            for i in range(n):
+                a = torch.sin(a) + i
+            return a
+        return fn
+    peaks = []
+    for n in (3, 12):
+        for fusion in (False, True):
+            artifact = compile_and_check(chain(n), torch.randn(6, 11), options={"fusion": fusion})
+            peaks.append((fusion, artifact.plan["peak_bytes"]))
+    unfused = [p for f, p in peaks if not f]
+    fused = [p for f, p in peaks if f]
+    assert unfused[0] == unfused[1]
+    assert fused[0] == fused[1] <= unfused[0]
+
+
+def test_internal_buffers_are_never_allocated():
+    artifact = compile_and_check(lambda a: torch.exp(torch.sin(a) * 2) + 1, torch.randn(6, 11))
+    allocations = [s for s in artifact.plan["steps"] if s["op"] == "alloc"]
+    assert len(allocations) == 1  # the output only
+
+
+def test_explain_lists_kernels_and_refusals():
+    def fn(a, m):
+        h = torch.sigmoid(a)
+        return h + h @ m
+    artifact = compile_and_check(fn, torch.randn(8, 8), torch.randn(8, 8))
+    text = describe(artifact)
+    assert "kernel" in text and "extern aten.mm.default" in text
+    assert "fusions refused" in text and "cycle" in text

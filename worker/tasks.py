@@ -1,0 +1,163 @@
+"""The compile task: graph from Redis -> `compiler.compile` -> artifact into Redis.
+
+Small and idempotent: a delivery first asks the store what to do (`Store.begin`), so a
+redelivered or duplicated message finds the artifact already stored, a superseded
+attempt, or a graph that killed workers too often, and stops there.
+
+Failures split in two:
+- the graph fails to compile (any exception from the compiler, a soft time limit):
+  recorded on the job as `failed` with its error, never retried, never fatal to the worker;
+- infrastructure (Redis connection errors): retried by Celery, a bounded number of times.
+A worker that dies mid-compile (SIGKILL, OOM) leaves its message unacknowledged; Redis
+redelivers it after the visibility timeout (or at once, to a live pool, for a lost child).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import traceback
+
+from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from service.settings import get_settings
+from service.store import Store
+from worker.app import app
+from worker.config import TASK_NAME
+
+log = logging.getLogger("fusewire.worker")
+
+INFRA_ERRORS = (RedisConnectionError, RedisTimeoutError)
+# TEST HOOK ONLY: seconds the task sleeps (reporting stage 'test-delay') before compiling,
+# so that tests can kill a worker while a compile is running. Never set it in production.
+TEST_DELAY_ENV = "FUSEWIRE_TEST_COMPILE_DELAY_S"
+MAX_ERROR_CHARS = 4000
+
+_store: Store | None = None
+
+
+def store() -> Store:
+    global _store
+    if _store is None:
+        _store = Store.from_settings(get_settings())
+    return _store
+
+
+def worker_name(nodename: str | None) -> str:
+    """The Celery node name (as in /readyz) and the pid of the process running the compile."""
+    return f"{nodename or socket.gethostname()} pid {os.getpid()}"
+
+
+class CompileTask(Task):
+    """Records a job failed when Celery gives up on it (hard time limit, retries exhausted)."""
+
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        key = args[0] if args else kwargs.get("key")
+        if key is None:
+            return
+        if isinstance(exc, TimeLimitExceeded):
+            error = f"compile exceeded the hard time limit of {get_settings().hard_time_limit_s:g} s; its process was killed"
+        else:
+            error = f"the worker gave up on this job: {describe(exc)}"
+        try:
+            store().finish(key, "failed", get_settings().job_ttl_s, error=error)
+        except INFRA_ERRORS:
+            log.exception("could not record job %s as failed; a new submission will retry it once it is stale", key)
+
+
+@app.task(
+    name=TASK_NAME,
+    base=CompileTask,
+    autoretry_for=INFRA_ERRORS,
+    max_retries=get_settings().infra_retries,
+    retry_backoff=True,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    bind=True,
+)
+def compile_graph(self, key: str, attempt: int = 0) -> str:
+    """Compiles the graph stored for `key`; returns what happened ('ready', 'failed', or why it skipped)."""
+    settings = get_settings()
+    db = store()
+    begin = db.begin(key, attempt, worker_name(self.request.hostname), settings.max_deliveries)
+    if begin.action != "run":
+        log.info("job %s: %s, nothing to do", key[:12], begin.action)
+        return begin.action
+    log.info("job %s: compiling for %s (delivery %d)", key[:12], begin.target, begin.delivery)
+    started = time.monotonic()
+    try:
+        _test_delay(db, key)
+        blob, digest = _compile(key, begin.graph, begin.target, begin.options, lambda s, f: _report(db, key, s, f))
+    except INFRA_ERRORS:
+        raise  # Celery retries it (autoretry_for); the job stays 'running' meanwhile
+    except SoftTimeLimitExceeded:
+        error = f"compile exceeded the soft time limit of {settings.soft_time_limit_s:g} s"
+        db.finish(key, "failed", settings.job_ttl_s, time.monotonic() - started, error=error)
+        return "failed"
+    except Exception as exc:  # the graph failed to compile: record it, keep the worker alive
+        log.warning("job %s failed: %s", key[:12], describe(exc))
+        db.finish(key, "failed", settings.job_ttl_s, time.monotonic() - started, error=describe(exc))
+        return "failed"
+    stored = db.put_artifact(key, blob, digest)
+    db.finish(key, "ready", settings.job_ttl_s, time.monotonic() - started, digest=digest, size=len(blob))
+    log.info("job %s ready: %d bytes%s", key[:12], len(blob), "" if stored else " (an identical key was already stored)")
+    return "ready"
+
+
+def _compile(key: str, graph_json: str, target: str, options_json: str, progress) -> tuple[bytes, str]:
+    """Runs the compiler and checks its artifact before anything is stored."""
+    import compiler
+    from compiler.artifact import Artifact, digest_of
+    from compiler.graph import parse_graph
+    from compiler.version import check_toolchain
+
+    check_toolchain()
+    graph = parse_graph(graph_json)  # stored graphs were validated, but a worker trusts nothing
+    options = json.loads(options_json) if options_json else None
+    artifact = compiler.compile(graph, target, options, progress=progress)
+    blob = artifact.to_bytes()
+    digest = digest_of(blob)
+    manifest = Artifact.from_bytes(blob).manifest  # round-trips: well-formed, nothing missing
+    if manifest.get("key") != key:
+        raise RuntimeError(f"compiler produced an artifact keyed {manifest.get('key')!r}, the service expects {key}")
+    return blob, digest
+
+
+def _report(db: Store, key: str, stage: str, fraction: float) -> None:
+    """Progress is best effort: a Redis hiccup here must not fail the compile."""
+    try:
+        db.progress(key, stage, fraction)
+    except INFRA_ERRORS:
+        log.warning("job %s: could not record progress %s %.2f", key[:12], stage, fraction)
+
+
+def _test_delay(db: Store, key: str) -> None:
+    delay = float(os.environ.get(TEST_DELAY_ENV) or 0)
+    if delay <= 0:
+        return
+    log.warning("%s=%s: sleeping before the compile (test hook)", TEST_DELAY_ENV, delay)
+    end = time.monotonic() + delay
+    while (left := end - time.monotonic()) > 0:
+        _report(db, key, "test-delay", 1 - left / delay)
+        time.sleep(min(0.2, left))
+
+
+def describe(exc: BaseException) -> str:
+    """'ValueError: message (at compiler/lowering.py:120 in lower_node)', bounded in length."""
+    text = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = last.filename
+        for root in ("compiler", "worker", "site-packages"):
+            if f"/{root}/" in where:
+                where = f"{root}/{where.split(f'/{root}/', 1)[1]}"
+                break
+        text += f" (at {where}:{last.lineno} in {last.name})"
+    return text[:MAX_ERROR_CHARS]
