@@ -151,9 +151,10 @@ def _invert(node: ComputeNode, access: Expr, kernel_index: Expr, bounds: dict[sy
     node_numel = 1
     for _, size in space:
         node_numel *= size
-    if XINDEX not in kernel_index.free_symbols:
+    if XINDEX not in kernel_index.free_symbols and bounds[XINDEX] != 1:
         return None  # would recompute the node for every output row
-    kernel_points = bounds[XINDEX] * (bounds[RINDEX] if RINDEX in kernel_index.free_symbols else 1)
+    kernel_points = (bounds[XINDEX] if XINDEX in kernel_index.free_symbols else 1) * \
+        (bounds[RINDEX] if RINDEX in kernel_index.free_symbols else 1)
     if node_numel != kernel_points:
         return None
     offset = kernel_index - constant

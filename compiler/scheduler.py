@@ -20,6 +20,7 @@ from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.options import CompileOptions
+from compiler.split_reductions import split_reductions
 
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1}
@@ -94,6 +95,7 @@ class Schedule:
 
 
 def schedule(program: Program, options: CompileOptions) -> Schedule:
+    split_reductions(program)
     read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
     live = eliminate_dead_nodes(program, read_writes)
     predecessors = node_dependencies(live, read_writes)

@@ -3,6 +3,8 @@ memory planning, and the explanations it records."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -149,3 +151,16 @@ def test_explain_lists_kernels_and_refusals():
     text = describe(artifact)
     assert "kernel" in text and "extern aten.mm.default" in text
     assert "fusions refused" in text and "cycle" in text
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda a: a.sum(), (1 << 20,)),                 # a full sum to a scalar
+    (lambda a: a.sum(0), (1 << 18, 5)),              # a column sum of a tall matrix
+    (lambda a: a.amax(-1), (2, 600_000)),            # a few very long rows
+    (lambda a: a.to(torch.bfloat16).mean(), (1100, 1000)),
+])
+def test_large_reductions_with_few_outputs_are_split_in_two_kernels(fn, shape):
+    artifact = compile_and_check(fn, torch.randn(*shape))
+    partial, final = artifact.manifest["kernels"][-2:]
+    assert final["numel"] * final["rnumel"] == partial["numel"]  # the final kernel reduces the partial results
+    assert final["rnumel"] > 1 and partial["rnumel"] < math.prod(shape)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.codegen.heuristics import launch_config
+from compiler.codegen.heuristics import KernelShape, launch_config
 from compiler.codegen.aot import build_cubins
 from compiler.codegen.group import assemble, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
+from compiler.dependencies import MemoryDep
+from compiler.indexing import RINDEX, XINDEX, affine_coefficients
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, Schedule
 
@@ -58,7 +60,7 @@ class Generated:
 def generate(schedule: Schedule, target: str, options: CompileOptions) -> Generated:
     buffers = schedule.program.buffers
     dtypes = {name: b.dtype for name, b in buffers.items()}
-    kernels = [generate_kernel(step, schedule, dtypes, portable_math=target == "cpu")
+    kernels = [generate_kernel(step, schedule, dtypes, target)
                for step in schedule.steps if isinstance(step, KernelGroup)]
     if target.startswith("cuda:"):
         build_cubins(kernels, dtypes, target)
@@ -69,15 +71,37 @@ def generate(schedule: Schedule, target: str, options: CompileOptions) -> Genera
     return Generated(kernels, plan, schedule.fusion_log, note, files)
 
 
-def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], portable_math: bool) -> KernelSource:
-    config = launch_config(group.numel, group.rnumel, group.is_reduction)
+def is_outer_reduction(group: KernelGroup, read_writes: dict) -> bool:
+    """True when the reduction's loads are contiguous along the outputs, not along the reduction."""
+    votes = 0
+    for node in group.nodes:
+        if not node.is_reduction:
+            continue
+        for dep in read_writes[node.name].reads:
+            if not isinstance(dep, MemoryDep):
+                continue
+            affine = affine_coefficients(group.mapping.nodes[node.name].apply(dep.index, group.mapping.bounds),
+                                         [XINDEX, RINDEX])
+            if affine is None:
+                continue
+            coefficients = affine[0]
+            if coefficients.get(RINDEX) == 1:
+                votes -= 1
+            elif coefficients.get(XINDEX) == 1 and coefficients.get(RINDEX, 0) > 1:
+                votes += 1
+    return votes > 0
+
+
+def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str) -> KernelSource:
+    config = launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
+                                       is_outer_reduction(group, schedule.read_writes)), target)
     buffers = schedule.program.buffers
     touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
                             for n in group.node_names))
     largest = max([group.numel * group.rnumel] + [buffers[b].layout.storage_numel() for b in touched])
     writes = set().union(*(schedule.read_writes[n].write_buffers() for n in group.node_names))
     writer = KernelWriter(group.name, group.numel, group.rnumel, group.is_reduction, config["persistent"],
-                          "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math)
+                          "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu")
     write_group(writer, group, schedule.read_writes)
     source, arguments = assemble(writer, dropped_stores(writer, group))
     return KernelSource(

@@ -1,23 +1,69 @@
-"""Launch configs by problem size, before any autotuning: block sizes, warps, and
-whether a reduction is persistent (the whole row in registers, no loop)."""
+"""Launch configs by problem size and target, before any autotuning: block sizes, warps,
+and whether a reduction is persistent (the whole row in registers, no loop).
+
+Reductions come in two shapes: *inner* (the reduced elements are contiguous in memory,
+like a row sum) wants a wide RBLOCK; *outer* (the outputs are contiguous, like a column
+sum) wants a wide XBLOCK and a short RBLOCK so each load is a coalesced row segment.
+On the CPU target (Triton's interpreter) big blocks just mean fewer Python-level
+program instances, so it uses its own, simpler sizes.
+"""
 
 from __future__ import annotations
 
-PERSISTENT_RBLOCK_LIMIT = 1024  # rows up to this many elements stay in registers
-MAX_BLOCK_ELEMENTS = 4096  # XBLOCK * RBLOCK
+from dataclasses import dataclass
+
+CPU_PERSISTENT_LIMIT = 1024
+GPU_PERSISTENT_LIMIT = 8192
+CPU_BLOCK_ELEMENTS = 4096
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    numel: int
+    rnumel: int
+    is_reduction: bool
+    outer: bool = False  # the reduction reads along x contiguously (column-like)
 
 
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def launch_config(numel: int, rnumel: int, is_reduction: bool) -> dict:
-    if not is_reduction:
-        xblock = min(1024, next_power_of_2(numel))
-        return {"XBLOCK": xblock, "RBLOCK": 1, "num_warps": 4 if xblock >= 512 else 2, "num_stages": 1,
-                "persistent": False}
-    persistent = next_power_of_2(rnumel) <= PERSISTENT_RBLOCK_LIMIT
-    rblock = next_power_of_2(rnumel) if persistent else 1024
-    xblock = max(1, min(next_power_of_2(numel), MAX_BLOCK_ELEMENTS // rblock))
-    return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": 8 if rblock >= 1024 else 4, "num_stages": 1,
-            "persistent": persistent}
+def launch_config(shape: KernelShape, target: str) -> dict:
+    if target == "cpu":
+        return _cpu_config(shape)
+    if not shape.is_reduction:
+        return _config(min(1024, next_power_of_2(shape.numel)), 1, 4 if shape.numel >= 1024 else 2, False)
+    if shape.outer:
+        return _outer_config(shape)
+    return _inner_config(shape)
+
+
+def _config(xblock: int, rblock: int, num_warps: int, persistent: bool) -> dict:
+    return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps, "num_stages": 1, "persistent": persistent}
+
+
+def _cpu_config(shape: KernelShape) -> dict:
+    if not shape.is_reduction:
+        return _config(min(1024, next_power_of_2(shape.numel)), 1, 4, False)
+    persistent = next_power_of_2(shape.rnumel) <= CPU_PERSISTENT_LIMIT
+    rblock = next_power_of_2(shape.rnumel) if persistent else 1024
+    xblock = max(1, min(next_power_of_2(shape.numel), CPU_BLOCK_ELEMENTS // rblock))
+    return _config(xblock, rblock, 4, persistent)
+
+
+def _inner_config(shape: KernelShape) -> dict:
+    rows = next_power_of_2(shape.numel)
+    if next_power_of_2(shape.rnumel) <= GPU_PERSISTENT_LIMIT:
+        rblock = next_power_of_2(shape.rnumel)
+        xblock = max(1, min(rows, 2048 // rblock))
+        num_warps = min(16, max(2, xblock * rblock // 512))
+        return _config(xblock, rblock, num_warps, True)
+    return _config(1, 2048, 8, False)
+
+
+def _outer_config(shape: KernelShape) -> dict:
+    xblock = min(next_power_of_2(shape.numel), 64)
+    if next_power_of_2(shape.rnumel) <= 64:
+        return _config(xblock, next_power_of_2(shape.rnumel), 4, True)
+    return _config(xblock, 32, 4, False)

@@ -122,8 +122,11 @@ def _fw_atan2(y, x):
     r = tl.where(mid, 0.7853981633974483 + p, p)
     r = tl.where((ax == float("inf")) & (ay == float("inf")), 0.7853981633974483, r)
     r = tl.where(ay > ax, 1.5707963267948966 - r, r)
-    r = tl.where(x < 0, 3.141592653589793 - r, r)
-    return tl.where((x != x) | (y != y), x + y, tl.where(y < 0, -r, r))
+    # signs as atan2 reads them: -0.0 counts as negative (1 / -0.0 == -inf)
+    negative_x = (x < 0) | ((x == 0) & (1.0 / tl.where(x == 0, x, 1.0) < 0))
+    negative_y = (y < 0) | ((y == 0) & (1.0 / tl.where(y == 0, y, 1.0) < 0))
+    r = tl.where(negative_x, 3.141592653589793 - r, r)
+    return tl.where((x != x) | (y != y), x + y, tl.where(negative_y, -r, r))
 """,
     "round_to_bf16": """@triton.jit
 def _fw_round_to_bf16(x):

@@ -45,7 +45,7 @@ class TritonMathOps:
     def sqrt(self, x): return self._unary("tl.sqrt({x})", x)
     def rsqrt(self, x): return self._unary("tl.rsqrt({x})", x)
     def abs(self, x): return self._unary("tl.abs({x})", x)
-    def neg(self, x): return self._unary("-{x}", x)
+    def neg(self, x): return self._unary("{x} * -1.0" if is_float(x.dtype) else "-{x}", x)  # Triton's -x is 0 - x: +0.0 for 0.0
     def sin(self, x): return self._unary("tl.sin({x})", x)
     def cos(self, x): return self._unary("tl.cos({x})", x)
     def tan(self, x): return self._math("tan", x)

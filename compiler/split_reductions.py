@@ -1,0 +1,89 @@
+"""Split reductions: a large reduction with few outputs (a full sum to a scalar, a column
+sum of a tall matrix) would give the GPU only a handful of programs, each looping over
+a long row. It is rewritten as two reductions: the first reduces S chunks of each row
+in parallel into a small buffer, the second reduces the S partial results.
+
+Only reductions whose partial results combine with the same reduction apply (sum, prod,
+max, min, any); welford and argmax/argmin stay whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from compiler.indexing import unflatten
+from compiler.ir import ComputeNode, Layout, Program, Store
+
+SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
+MIN_PROGRAMS = 256  # below this many output rows a reduction is worth splitting
+MIN_CHUNK = 1024  # each partial still reduces at least this many elements
+MIN_ELEMENTS = 1 << 20  # smaller reductions run fast enough whole (and stay fusable with their row's work)
+IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
+
+
+def split_factor(numel: int, rnumel: int) -> int:
+    """How many chunks to cut each row into (1 = do not split)."""
+    if numel >= MIN_PROGRAMS or rnumel < 2 * MIN_CHUNK or numel * rnumel < MIN_ELEMENTS:
+        return 1
+    factor = 1
+    while numel * factor < MIN_PROGRAMS and rnumel // (factor * 2) >= MIN_CHUNK:
+        factor *= 2
+    return factor
+
+
+def split_reductions(program: Program) -> None:
+    """Rewrites qualifying reductions in place (program.nodes and program.buffers)."""
+    rewritten: list = []
+    for node in program.nodes:
+        factor = split_factor(node.numel, node.rnumel) if isinstance(node, ComputeNode) and node.is_reduction else 1
+        if factor == 1 or not _splittable(node):
+            rewritten.append(node)
+            continue
+        rewritten.extend(_split(program, node, factor))
+    program.nodes[:] = rewritten
+    for i, node in enumerate(program.nodes):  # node names encode program order
+        node.name = f"op{i}"
+
+
+def _split(program: Program, node: ComputeNode, factor: int) -> list[ComputeNode]:
+    chunk = -(-node.rnumel // factor)
+    out_dtype = node.stores[0].layout.dtype
+    partial_layout = Layout.contiguous(list(node.ranges) + [factor], _accumulator_dtype(out_dtype))
+    partial = _new_buffer(program, partial_layout)
+    kind, total = node.reduction_type, node.rnumel
+    original_body, reduction_ranges = node.body, node.reduction_ranges
+
+    def partial_body(ops, index, rindex):
+        flat = index[-1] * chunk + rindex[0]
+        inside = ops.lt(ops.index_expr(flat, "int64"), ops.constant(total, "int64"))
+        return ops.masked(inside, lambda: original_body(ops, index[:-1], unflatten(flat, reduction_ranges)),
+                          IDENTITY[kind])
+
+    def final_body(ops, index, rindex):
+        return ops.load(partial.name, partial_layout.index(list(index) + [rindex[0]]))
+
+    first = ComputeNode(node.name, tuple(node.ranges) + (factor,), (chunk,), partial_body,
+                        [Store(partial, partial_layout)], kind, node.origins)
+    second = replace(node, name=node.name + "_final", reduction_ranges=(factor,), body=final_body,
+                     reduction_type="any" if kind == "any" else kind)
+    return [first, second]
+
+
+def _splittable(node: ComputeNode) -> bool:
+    if node.reduction_type not in SPLITTABLE or len(node.stores) != 1:
+        return False
+    dtype = node.stores[0].layout.dtype
+    return dtype.startswith("float") or dtype == "bfloat16" or node.reduction_type not in ("max", "min")
+
+
+def _accumulator_dtype(dtype: str) -> str:
+    return "float32" if dtype in ("bfloat16", "float16") else dtype
+
+
+def _new_buffer(program: Program, layout: Layout):
+    from compiler.ir import Buffer
+
+    buffer = Buffer(f"buf{len(program.buffers)}_split", layout, "computed")
+    program.buffers[buffer.name] = buffer
+    return buffer
