@@ -99,14 +99,25 @@ def map_group(nodes: list[ComputeNode], read_writes: dict[str, ReadWrites]) -> G
 
 
 def _direct_mapping(node: ComputeNode, bounds: dict[sympy.Symbol, int]) -> NodeMapping:
+    """The node's loops laid onto the kernel: x dims in the order its output sits in memory
+    (so consecutive xindex values are neighbours in memory), r dims in row-major order."""
     substitutions: dict[sympy.Symbol, Expr] = {}
-    for i, expr in enumerate(unflatten(XINDEX, node.ranges)):
-        if node.ranges[i] != 1:
-            substitutions[index_symbol("x", i)] = simplify_index(expr, bounds)
+    order = memory_order(node)
+    for position, expr in zip(order, unflatten(XINDEX, [node.ranges[d] for d in order])):
+        if node.ranges[position] != 1:
+            substitutions[index_symbol("x", position)] = simplify_index(expr, bounds)
     for i, expr in enumerate(unflatten(RINDEX, node.reduction_ranges)):
         if node.reduction_ranges[i] != 1:
             substitutions[index_symbol("r", i)] = simplify_index(expr, bounds)
     return NodeMapping(substitutions)
+
+
+def memory_order(node: ComputeNode) -> list[int]:
+    """Dims from the largest to the smallest stride of the node's first output."""
+    layout = node.stores[0].layout
+    if node.is_reduction or len(layout.stride) != len(node.ranges):
+        return list(range(len(node.ranges)))
+    return sorted(range(len(node.ranges)), key=lambda d: -layout.stride[d])
 
 
 def _derive(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str, ComputeNode],

@@ -21,6 +21,7 @@ from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.options import CompileOptions
 from compiler.split_reductions import split_reductions
+from compiler.tiling import choose_tiling
 
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1}
@@ -47,6 +48,7 @@ class KernelGroup:
     order: int  # position of its first node in program order
     last: int  # position of its last node
     internal: set[str] = field(default_factory=set)  # written here, read nowhere else: never allocated
+    tiled: bool = False  # a pointwise group walked in 2D tiles (mapping: xindex over rows, rindex over columns)
 
     @property
     def numel(self) -> int:
@@ -105,6 +107,12 @@ def schedule(program: Program, options: CompileOptions) -> Schedule:
         steps = fuse_nodes(steps, predecessors, read_writes, program, options, log)
     steps = topological_order(steps, predecessors)
     mark_internal_buffers(steps, read_writes, program)
+    itemsize = {name: _ITEMSIZE[b.dtype] for name, b in program.buffers.items()}
+    for step in steps:
+        if isinstance(step, KernelGroup):
+            tiled = choose_tiling(step.nodes, step.mapping, read_writes, itemsize)
+            if tiled is not None:
+                step.mapping, step.tiled = tiled, True
     for i, step in enumerate(steps):
         if isinstance(step, KernelGroup):
             step.name = f"kernel{i}"

@@ -18,7 +18,7 @@ from compiler.ir import ComputeNode, Layout, Program, Store
 SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
 MIN_PROGRAMS = 256  # below this many output rows a reduction is worth splitting
 MIN_CHUNK = 1024  # each partial still reduces at least this many elements
-MIN_ELEMENTS = 1 << 20  # smaller reductions run fast enough whole (and stay fusable with their row's work)
+MIN_ELEMENTS = 1 << 18  # smaller reductions run fast enough whole (and stay fusable with their row's work)
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
 

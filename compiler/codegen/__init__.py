@@ -94,14 +94,15 @@ def is_outer_reduction(group: KernelGroup, read_writes: dict) -> bool:
 
 def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str) -> KernelSource:
     config = launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
-                                       is_outer_reduction(group, schedule.read_writes)), target)
+                                       is_outer_reduction(group, schedule.read_writes), group.tiled), target)
     buffers = schedule.program.buffers
     touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
                             for n in group.node_names))
     largest = max([group.numel * group.rnumel] + [buffers[b].layout.storage_numel() for b in touched])
     writes = set().union(*(schedule.read_writes[n].write_buffers() for n in group.node_names))
     writer = KernelWriter(group.name, group.numel, group.rnumel, group.is_reduction, config["persistent"],
-                          "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu")
+                          "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu",
+                          tiled=group.tiled)
     write_group(writer, group, schedule.read_writes)
     source, arguments = assemble(writer, dropped_stores(writer, group))
     return KernelSource(

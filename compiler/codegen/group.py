@@ -22,7 +22,7 @@ def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites]) -> list[
     position: dict[str, int] = {}
     for node in group.nodes:
         ready = max((available[b] for b in read_writes[node.name].read_buffers() if b in available), default=0)
-        in_r = group.is_reduction and (node.is_reduction or group.mapping.uses_rindex(node))
+        in_r = (group.is_reduction or group.tiled) and (node.is_reduction or group.mapping.uses_rindex(node))
         spot = ready + (1 if (ready % 2 == 0) == in_r else 0)
         position[node.name] = spot
         for buffer in read_writes[node.name].write_buffers():
@@ -35,7 +35,7 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
     sections = place_nodes(group, read_writes)
     pending_reductions: list[tuple[ComputeNode, list]] = []
     for kind, nodes in sections:
-        if (not group.is_reduction and kind == "r") or (not nodes and not pending_reductions):
+        if (not (group.is_reduction or group.tiled) and kind == "r") or (not nodes and not pending_reductions):
             continue
         writer.open_section(kind)
         for node, results in pending_reductions:  # outputs of the loop just closed
@@ -94,7 +94,10 @@ def _prologue(writer: KernelWriter) -> list[str]:
         return [f"xoffset = {program_id} * XBLOCK", f"xindex = xoffset + {arange.format(n='XBLOCK')}", "xmask = xindex < xnumel"]
     lines = [f"xoffset = {program_id} * XBLOCK", f"xindex = xoffset + {arange.format(n='XBLOCK')}[:, None]",
              "xmask = xindex < xnumel", f"rbase = {arange.format(n='RBLOCK')}[None, :]"]
-    if writer.persistent:
+    if writer.tiled:  # a 2D grid of tiles: the second program id walks the columns
+        lines[-1] = f"rindex = tl.program_id(1) * RBLOCK + {arange.format(n='RBLOCK')}[None, :]"
+        lines += ["rmask = rindex < rnumel", "rxmask = rmask & xmask"]
+    elif writer.persistent:
         lines += ["rindex = rbase", "rmask = rindex < rnumel", "rxmask = rmask & xmask"]
     return lines
 

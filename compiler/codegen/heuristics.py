@@ -23,6 +23,7 @@ class KernelShape:
     rnumel: int
     is_reduction: bool
     outer: bool = False  # the reduction reads along x contiguously (column-like)
+    tiled: bool = False  # a 2D-tiled pointwise kernel
 
 
 def next_power_of_2(n: int) -> int:
@@ -30,6 +31,8 @@ def next_power_of_2(n: int) -> int:
 
 
 def launch_config(shape: KernelShape, target: str) -> dict:
+    if shape.tiled:
+        return _config(min(64, next_power_of_2(shape.numel)), min(64, next_power_of_2(shape.rnumel)), 4, True) | {"tiled": True}
     if target == "cpu":
         return _cpu_config(shape)
     if not shape.is_reduction:

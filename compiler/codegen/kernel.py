@@ -44,10 +44,12 @@ class Section:
 
 class KernelWriter(TritonMathOps):
     def __init__(self, name: str, numel: int, rnumel: int, is_reduction: bool, persistent: bool,
-                 index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool) -> None:
+                 index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool,
+                 tiled: bool = False) -> None:
         self.name = name
-        self.is_reduction = is_reduction
-        self.persistent = persistent
+        self.is_reduction = is_reduction or tiled  # both are 2D: [XBLOCK, RBLOCK] blocks
+        self.tiled = tiled
+        self.persistent = persistent or tiled
         self.index_dtype = index_dtype
         self.buffer_dtypes = buffer_dtypes
         self.group_writes = group_writes

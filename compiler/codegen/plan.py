@@ -99,7 +99,8 @@ def _buffers_of(step: Any, kernels: dict[str, Any]) -> set[str]:
 
 def _kernel_step(kernel: Any) -> dict[str, Any]:
     config = kernel.config
-    grid = [-(-kernel.numel // config["XBLOCK"]), 1, 1]
+    columns = -(-kernel.rnumel // config["RBLOCK"]) if config.get("tiled") else 1
+    grid = [-(-kernel.numel // config["XBLOCK"]), columns, 1]
     return {"op": "kernel", "kernel": kernel.name, "args": kernel.arguments, "xnumel": kernel.numel,
             "rnumel": kernel.rnumel, "grid": grid, "config": config}
 

@@ -14,6 +14,7 @@ scheduler fuses them later); values inside a decomposition stay lazy when used o
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Sequence
 
 import torch
@@ -31,6 +32,7 @@ from compiler.lowering import pointwise, reductions, shapes, composite, indexing
 __all__ = ["lower", "LoweringError"]
 
 _MAX_DECOMPOSITION_DEPTH = 6
+_TRACING_LOCK = threading.Lock()
 
 
 def lower(graph: Graph) -> Program:
@@ -139,17 +141,23 @@ def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, dept
     return _extern(ctx, target, args, kwargs)
 
 
-def _meta_outputs(ctx: LoweringContext, op: Any, args: list, kwargs: dict) -> list[torch.Tensor]:
+def _meta_outputs(ctx: LoweringContext, op: Any, args: list, kwargs: dict) -> list[torch.Tensor | None]:
+    """The op's outputs on meta tensors, flattened; None where an optional output is not asked for
+    (e.g. native_layer_norm_backward's weight gradient when output_mask says False)."""
     meta_args = [to_meta(a) for a in args]
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
     try:
         out = op(*meta_args, **meta_kwargs)
     except Exception as exc:
         raise ctx.fail(f"{op} rejects these arguments: {exc}") from None
-    flat = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (list, tuple)) else [out]
-    if not all(isinstance(t, torch.Tensor) for t in flat):
+    flat = flatten_outputs(out)
+    if not all(isinstance(t, torch.Tensor) or t is None for t in flat) or all(t is None for t in flat):
         raise ctx.fail(f"{op} returns a non-tensor ({type(out).__name__}); data-dependent values are not supported in wire format v1")
     return flat
+
+
+def flatten_outputs(out: Any) -> list[Any]:
+    return [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 def to_meta(value: Any) -> Any:
@@ -190,9 +198,13 @@ def _lower_inplace(ctx: LoweringContext, op: Any, target: str, args: list, kwarg
 
 
 def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated: Sequence[StorageView] = ()) -> Any:
-    outputs = ctx.extern(target, args, kwargs, ctx.out_meta, mutated)
+    present = [m is not None for m in ctx.out_meta]
+    if False in present and True in present[present.index(False):]:
+        raise ctx.fail(f"{target} leaves out an output before another one; it cannot run as an extern call")
+    outputs = ctx.extern(target, args, kwargs, [m for m in ctx.out_meta if m is not None], mutated)
     if mutated:
         return mutated[0]
+    outputs = outputs + [None] * (len(present) - len(outputs))
     single = len(outputs) == 1 and not _returns_list(target)
     return outputs[0] if single else tuple(outputs)
 
@@ -208,23 +220,42 @@ def _try_decomposition(ctx: LoweringContext, op: Any, target: str, args: list, k
         return None
     tensors, rebuild = _split_tensors(args, kwargs)
     metas = [to_meta(t) for t in tensors]
+    present: list[bool] = []  # per output: False where the decomposition returns None
+
+    def tensor_outputs(*ts: Any) -> list:
+        flat = flatten_outputs(decomposition(*rebuild(ts)[0], **rebuild(ts)[1]))
+        present[:] = [t is not None for t in flat]
+        return [t for t in flat if t is not None]
+
     try:
         from torch.fx.experimental.proxy_tensor import make_fx
 
-        traced = make_fx(lambda *ts: decomposition(*rebuild(ts)[0], **rebuild(ts)[1]),
-                         decomposition_table=registry.decomposition_table())(*metas)
-        subgraph = from_fx(traced, metas)
+        with _TRACING_LOCK:  # make_fx's dispatch modes are process-global: one trace at a time
+            traced = make_fx(tensor_outputs, decomposition_table=registry.decomposition_table())(*metas)
+        subgraph = from_fx(_as_wire_traceable(traced), metas)
     except Exception:
         return None  # not traceable into wire ATen ops (constants, non-tensor outputs): run it as extern
-    if any(n.target == target for n in subgraph.nodes):
+    if any(n.target == target for n in subgraph.nodes) or len(present) != len(ctx.out_meta):
         return None
     meta = ctx.out_meta
     sub_env = {spec.name: t for spec, t in zip(subgraph.inputs, tensors)}
     _lower_nodes(ctx, subgraph, sub_env, depth + 1)
     ctx.out_meta = meta
-    results = [_resolve_ref(ref, sub_env) for ref in subgraph.outputs]
+    found = iter(_resolve_ref(ref, sub_env) for ref in subgraph.outputs)
+    results = [next(found) if is_tensor else None for is_tensor in present]
     is_single = len(meta) == 1 and not _returns_list(target)
     return results[0] if is_single else tuple(results)
+
+
+def _as_wire_traceable(traced: Any) -> Any:
+    """Drops what tracing a decomposition on meta tensors leaves behind that wire graphs cannot
+    hold: dead nodes (e.g. the namedtuple an out_wrapper builds) and `device=meta` arguments
+    (lowering ignores devices: kernels run where their inputs are)."""
+    traced.graph.eliminate_dead_code()
+    for node in traced.graph.nodes:
+        if isinstance(node.kwargs.get("device"), torch.device) and node.kwargs["device"].type == "meta":
+            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+    return traced
 
 
 def _split_tensors(args: list, kwargs: dict) -> tuple[list[TensorValue], Any]:

@@ -1,15 +1,22 @@
-"""Ops that index with tensors: embedding, index_select, gather, and index.Tensor with
-one index tensor. A loaded index becomes part of a load's index expression through
-`ops.indirect`; negative indices wrap as in PyTorch."""
+"""Ops that index with tensors: embedding, index_select, gather, index.Tensor, and
+scatter/scatter_add with a short index along the scattered dim. A loaded index becomes
+part of a load's index expression through `ops.indirect`; negative indices wrap as in
+PyTorch. Scatters whose index is long along the dim (index_put with accumulate, as in
+embedding's backward) stay ATen calls: they need atomics or a sort."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+import sympy
+
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
-from compiler.lowering.values import Lazy, TensorValue
+from compiler.lowering.values import Lazy, TensorValue, compute_dtype
 from compiler.lowering.views import broadcast_to, normalize_dim
+
+# scatter unrolls one compare per index entry along the dim into every output element
+MAX_UNROLLED_SCATTER = 16
 
 
 @register("aten.embedding.default")
@@ -53,22 +60,69 @@ def gather(ctx: LoweringContext, x: TensorValue, dim: int, index_tensor: TensorV
 
 @register("aten.index.Tensor")
 def index_tensor(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue | None]) -> Any:
-    """x[..., idx, ...] with index tensors (broadcast together) on consecutive leading-or-inner dims."""
+    """x[..., idx, ...] with index tensors broadcast together. As in PyTorch, the broadcast index
+    dims replace the indexed dims when those are adjacent, and come first otherwise."""
     tensors = [(d, t) for d, t in enumerate(indices) if t is not None]
     dims = [d for d, _ in tensors]
-    if any(t.dtype == "bool" for _, t in tensors) or dims != list(range(dims[0], dims[0] + len(dims))):
-        raise NotImplementedError("boolean masks and non-adjacent index tensors")
-    index_shape = list(ctx.out_size[dims[0]:dims[0] + len(ctx.out_size) - (x.rank - len(dims))])
-    broadcast = [broadcast_to(t, index_shape) for _, t in tensors]
-    first = dims[0]
-    k = len(index_shape)
+    if any(t.dtype in ("bool", "uint8") for _, t in tensors):
+        raise NotImplementedError("boolean masks give data-dependent shapes")
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    first = dims[0] if adjacent else 0
+    k = len(ctx.out_size) - (x.rank - len(dims))  # rank of the broadcast index shape
+    broadcast = [broadcast_to(t, ctx.out_size[first:first + k]) for _, t in tensors]
+    rest = [d for d in range(x.rank) if d not in dims]
 
     def load(ops, index):
-        where_index = index[first:first + k]
-        inner = list(index[:first])
+        inner: list[Any] = [None] * x.rank
         for d, t in zip(dims, broadcast):
-            inner.append(ops.indirect(t.load(ops, where_index), x.size[d]))
-        inner.extend(index[first + k:])
+            inner[d] = ops.indirect(t.load(ops, index[first:first + k]), x.size[d])
+        for d, i in zip(rest, list(index[:first]) + list(index[first + k:])):
+            inner[d] = i
         return x.load(ops, inner)
+
+    return Lazy(ctx.out_size, ctx.out_dtype, load)
+
+
+@register("aten.scatter.src", "aten.scatter.value")
+def scatter(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, src: Any) -> Lazy:
+    """out = x, then out[..., index[..., j, ...], ...] = src[..., j, ...] (the last j wins)."""
+    return _scatter(ctx, x, dim, index, src, accumulate=False)
+
+
+@register("aten.scatter_add.default")
+def scatter_add(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, src: TensorValue) -> Lazy:
+    return _scatter(ctx, x, dim, index, src, accumulate=True)
+
+
+def _scatter(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, src: Any, accumulate: bool) -> Lazy:
+    """Each output element compares its position along `dim` with the (few) index entries that
+    could write it: the index entries j = 0..K-1 at the same position in the other dims."""
+    dim = normalize_dim(dim, x.rank)
+    if x.rank == 0 or index.rank != x.rank or index.size[dim] > MAX_UNROLLED_SCATTER:
+        raise NotImplementedError("scatter with a long index along the dim: run it as an ATen call")
+    dtype = compute_dtype(ctx.out_dtype)
+    partial = [d for d in range(x.rank) if d != dim and index.size[d] < x.size[d]]
+
+    def load(ops, out_index):
+        result = ops.to_dtype(x.load(ops, out_index), dtype)
+        position = ops.index_expr(out_index[dim], "int64")
+        covered = None  # whether the index tensor has entries at this position in the other dims
+        for d in partial:
+            inside = ops.lt(ops.index_expr(out_index[d], "int64"), ops.constant(index.size[d], "int64"))
+            covered = inside if covered is None else ops.logical_and(covered, inside)
+        for j in range(index.size[dim]):
+            at = list(out_index)
+            at[dim] = sympy.Integer(j)
+            target = index.load(ops, at) if covered is None else ops.masked(covered, lambda at=at: index.load(ops, at), -1)
+            hit = ops.eq(ops.to_dtype(target, "int64"), position)
+            if isinstance(src, TensorValue):
+                value = ops.masked(hit, lambda at=at: ops.to_dtype(src.load(ops, at), dtype), 0)
+            else:
+                value = ops.constant(src, dtype)
+            if accumulate:
+                result = ops.add(result, ops.where(hit, value, ops.constant(0, dtype)))
+            else:
+                result = ops.where(hit, value, result)
+        return result
 
     return Lazy(ctx.out_size, ctx.out_dtype, load)

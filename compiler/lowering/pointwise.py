@@ -56,7 +56,7 @@ _UNARY = {
     "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "neg": "neg", "sin": "sin", "cos": "cos", "tan": "tan",
     "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "erfinv": "erfinv", "floor": "floor", "ceil": "ceil",
     "trunc": "trunc", "round": "round", "sign": "sign", "sgn": "sign", "reciprocal": "reciprocal",
-    "relu": "relu", "bitwise_not": "bitwise_not", "asin": "asin", "acos": "acos", "atan": "atan",
+    "relu": "relu", "bitwise_not": "bitwise_not", "atan": "atan",
     "sinh": "sinh", "cosh": "cosh", "lgamma": "lgamma",
 }
 
@@ -71,6 +71,22 @@ def _register_unary(aten_name: str, op_name: str) -> None:
 
 for _aten, _op in _UNARY.items():
     _register_unary(_aten, _op)
+
+
+@register("aten.asin.default")
+def asin(ctx: LoweringContext, x: TensorValue) -> Lazy:
+    """asin(x) = atan2(x, sqrt((1 - x)(1 + x))): the interpreter has atan2 but no asin."""
+    return elementwise(ctx, [x], lambda ops, a: ops.atan2(a, _sqrt_one_minus_square(ops, a, ctx.out_dtype)))
+
+
+@register("aten.acos.default")
+def acos(ctx: LoweringContext, x: TensorValue) -> Lazy:
+    return elementwise(ctx, [x], lambda ops, a: ops.atan2(_sqrt_one_minus_square(ops, a, ctx.out_dtype), a))
+
+
+def _sqrt_one_minus_square(ops: Any, a: Any, dtype: str) -> Any:
+    one = ops.constant(1.0, compute_dtype(dtype))
+    return ops.sqrt(ops.mul(ops.sub(one, a), ops.add(one, a)))
 
 
 def _register_predicate(aten_name: str, build: Callable) -> None:
@@ -131,8 +147,8 @@ def div_mode(ctx: LoweringContext, a: Operand, b: Operand, rounding_mode: str | 
         if is_float:
             return elementwise(ctx, [a, b], lambda ops, x, y: ops.floor(ops.truediv(x, y)))
         return elementwise(ctx, [a, b], lambda ops, x, y: ops.floordiv(x, y))
-    if is_float:
-        return elementwise(ctx, [a, b], lambda ops, x, y: ops.trunc(ops.truediv(x, y)))
+    if is_float:  # eager truncates the quotient rounded to the result dtype (bf16 / bf16 is a bf16)
+        return elementwise(ctx, [a, b], lambda ops, x, y: ops.trunc(ops.to_dtype(ops.truediv(x, y), ctx.out_dtype)))
     # integer truncation: floor division corrected towards zero
     return elementwise(ctx, [a, b], lambda ops, x, y: ops.where(
         ops.logical_and(ops.ne(ops.remainder(x, y), ops.constant(0, ctx.out_dtype)),

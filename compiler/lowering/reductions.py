@@ -58,6 +58,14 @@ def sum_(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool =
     return reduce_dims(ctx, x, dims, "any" if acc == "bool" else "sum", acc, keepdim)[0]
 
 
+@register("prims.sum.default")
+def prims_sum(ctx: LoweringContext, x: TensorValue, dims: Any, *, output_dtype: Any = None) -> TensorValue:
+    """prims.sum (what cumsum's decomposition reduces with): dims may be empty (a no-op sum)."""
+    if not dims:
+        return Lazy(x.size, ctx.out_dtype, x.load)
+    return sum_(ctx, x, dims)
+
+
 @register("aten.mean.dim", "aten.mean.default")
 def mean(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorValue:
     acc = compute_dtype(ctx.out_dtype)

@@ -1,11 +1,13 @@
-"""Shape ops: the ATen view ops (index remaps, no copies) and the ops that assemble
-tensors from pieces (cat, stack, constant_pad_nd, split, repeat)."""
+"""Shape ops: the ATen view ops (index remaps, no copies), the ops that assemble
+tensors from pieces (cat, stack, constant_pad_nd, split, repeat), and the scatters of
+a view back into its base (slice_scatter, select_scatter) that functionalized
+in-place writes become."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from compiler.indexing import ModularIndexing
+from compiler.indexing import FloorDiv, ModularIndexing
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
@@ -61,6 +63,13 @@ def slice_(ctx: LoweringContext, x: TensorValue, dim: int = 0, start: int | None
 @register("aten.select.int")
 def select(ctx: LoweringContext, x: TensorValue, dim: int, index: int) -> TensorValue:
     return views.select(x, dim, index)
+
+
+@register("aten.flip.default", "prims.rev.default")
+def flip(ctx: LoweringContext, x: TensorValue, dims: Sequence[int]) -> TensorValue:
+    flipped = {views.normalize_dim(d, x.rank) for d in dims}
+    return Lazy(x.size, x.dtype, lambda ops, index: x.load(
+        ops, [x.size[d] - 1 - i if d in flipped else i for d, i in enumerate(index)]))
 
 
 @register("aten.as_strided.default")
@@ -147,5 +156,52 @@ def repeat(ctx: LoweringContext, x: TensorValue, repeats: Sequence[int]) -> Lazy
     def load(ops, index):
         inner = [ModularIndexing(index[lead + d], 1, s) for d, s in enumerate(sizes)]
         return x.load(ops, inner)
+
+    return Lazy(ctx.out_size, ctx.out_dtype, load)
+
+
+@register("aten.slice_scatter.default")
+def slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int = 0, start: int | None = None,
+                  end: int | None = None, step: int = 1) -> Lazy:
+    """x with x[start:end:step] along `dim` replaced by src."""
+    dim = views.normalize_dim(dim, x.rank)
+    start, end, step = slice(start, end, step).indices(x.size[dim])
+    end = start + step * src.size[dim]  # one past the last written position
+    return _scatter_where(ctx, x, src, dim, lambda ops, index: _slice_position(ops, index[dim], start, end, step),
+                          lambda i: i - start if step == 1 else FloorDiv(i - start, step))
+
+
+@register("aten.select_scatter.default")
+def select_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int, index: int) -> Lazy:
+    """x with x.select(dim, index) replaced by src (which has one dim less)."""
+    dim = views.normalize_dim(dim, x.rank)
+    index %= x.size[dim]
+
+    def inside(ops, out_index):
+        return ops.eq(ops.index_expr(out_index[dim], "int64"), ops.constant(index, "int64"))
+
+    return _scatter_where(ctx, x, views.unsqueeze(src, dim), dim, inside, lambda i: 0)
+
+
+def _slice_position(ops, i, start: int, end: int, step: int):
+    """Whether position `i` is one of start, start + step, ... < end."""
+    position = ops.index_expr(i, "int64")
+    inside = ops.logical_and(ops.ge(position, ops.constant(start, "int64")), ops.lt(position, ops.constant(end, "int64")))
+    if step == 1:
+        return inside
+    offset = ops.index_expr(i - start, "int64")
+    return ops.logical_and(inside, ops.eq(ops.remainder(offset, ops.constant(step, "int64")), ops.constant(0, "int64")))
+
+
+def _scatter_where(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int, inside, src_position) -> Lazy:
+    """out = src[src_position(i)] where inside(i) along `dim`, else x: one masked load of each."""
+    dtype = compute_dtype(ctx.out_dtype)
+
+    def load(ops, index):
+        mask = inside(ops, index)
+        src_index = list(index)
+        src_index[dim] = src_position(index[dim])
+        taken = ops.masked(mask, lambda: ops.to_dtype(src.load(ops, src_index), dtype), 0)
+        return ops.where(mask, taken, ops.to_dtype(x.load(ops, index), dtype))
 
     return Lazy(ctx.out_size, ctx.out_dtype, load)

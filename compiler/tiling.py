@@ -1,0 +1,84 @@
+"""2D tiling for pointwise kernels whose accesses disagree on the contiguous dim
+(transpose + add, permute copies), as the seed's select_tiling does.
+
+A pointwise group's flat iteration space N is split as Y x X at a boundary of its
+anchor's dims; the kernel then walks [XBLOCK, RBLOCK] tiles with `xindex` over Y and
+`rindex` over X. A split is a candidate when every access is contiguous along one of
+the two tile axes and both axes have some; the candidate with the most coalesced
+bytes wins. A group with no such split keeps its 1D kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.indexing import RINDEX, XINDEX, simplify_index
+from compiler.loop_mapping import GroupMapping, NodeMapping, memory_order
+
+MIN_TILED_NUMEL = 1024
+MAX_GRID_Y = 65535
+TILE = 64
+
+
+def choose_tiling(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
+                  itemsize: dict[str, int]) -> GroupMapping | None:
+    if any(n.is_reduction for n in nodes) or mapping.numel < MIN_TILED_NUMEL:
+        return None
+    anchor = nodes[0]  # the kernel's flat index walks the anchor's dims in memory order
+    ranges = [anchor.ranges[d] for d in memory_order(anchor) if anchor.ranges[d] != 1]
+    best: tuple[int, GroupMapping] | None = None
+    for split in range(1, len(ranges)):
+        outer, inner = math.prod(ranges[:split]), math.prod(ranges[split:])
+        if -(-inner // TILE) > MAX_GRID_Y:
+            continue
+        tiled = retile(mapping, outer, inner)
+        score = _coalesced_bytes(nodes, tiled, read_writes, itemsize)
+        if score is not None and (best is None or score > best[0]):
+            best = (score, tiled)
+    return best[1] if best else None
+
+
+def retile(mapping: GroupMapping, outer: int, inner: int) -> GroupMapping:
+    """The same mapping with the flat index written as xindex * inner + rindex."""
+    bounds = {XINDEX: outer, RINDEX: inner}
+    flat = XINDEX * inner + RINDEX
+    nodes = {name: NodeMapping({s: simplify_index(e.xreplace({XINDEX: flat}), bounds)
+                                for s, e in m.substitutions.items()})
+             for name, m in mapping.nodes.items()}
+    return GroupMapping(outer, inner, nodes)
+
+
+def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, ReadWrites],
+                     itemsize: dict[str, int]) -> int | None:
+    """Bytes of accesses contiguous along rindex plus along xindex, if both axes have some
+    and no access is strided along both (then tiling would not help it)."""
+    along_x = along_r = 0
+    for node in nodes:
+        rw = read_writes[node.name]
+        for dep in rw.reads | rw.writes:
+            if not isinstance(dep, MemoryDep):
+                continue
+            index = tiled.nodes[node.name].apply(dep.index, tiled.bounds)
+            step_x, step_r = _unit_steps(index, tiled.numel, tiled.rnumel)
+            if step_r:
+                along_r += itemsize[dep.buffer]
+            elif step_x:
+                along_x += itemsize[dep.buffer]
+            elif index.free_symbols:
+                return None
+    return along_x + along_r if along_x and along_r else None
+
+
+def _unit_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[bool, bool]:
+    """Whether moving one step along xindex (resp. rindex) moves the address by one element,
+    at most sampled points (tiles that straddle a dim boundary are the exception)."""
+    rng = random.Random(0)
+    unit_x = unit_r = 0
+    for _ in range(samples):
+        x, r = rng.randrange(max(rows - 1, 1)), rng.randrange(max(columns - 1, 1))
+        here = int(index.xreplace({XINDEX: x, RINDEX: r}))
+        unit_x += int(index.xreplace({XINDEX: x + 1, RINDEX: r})) - here == 1
+        unit_r += int(index.xreplace({XINDEX: x, RINDEX: r + 1})) - here == 1
+    return unit_x * 4 >= samples * 3, unit_r * 4 >= samples * 3
