@@ -31,7 +31,9 @@ class CubinKernel:
         cubin_path = folder / f"{entry['name']}.cubin"
         metadata_path.write_text(json.dumps(built["metadata"]))
         cubin_path.write_bytes(cubin)
-        source = SimpleNamespace(signature=built["signature"], constants=built["constants"],
+        # the manifest is stored with sorted keys: take the argument order from arg_names, a list
+        signature = {name: built["signature"][name] for name in built["arg_names"]}
+        source = SimpleNamespace(signature=signature, constants=built["constants"],
                                  fn=SimpleNamespace(arg_names=built["arg_names"]))
         self.compiled = CompiledKernel(source, {metadata_path.name: str(metadata_path), cubin_path.name: str(cubin_path)},
                                        entry["name"])

@@ -16,27 +16,50 @@ from compiler.indexing import unflatten
 from compiler.ir import ComputeNode, Layout, Program, Store
 
 SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
-MIN_PROGRAMS = 256  # below this many output rows a reduction is worth splitting
+MIN_PROGRAMS = 512  # below this many output rows a reduction is worth splitting
 MIN_CHUNK = 1024  # each partial still reduces at least this many elements
+OUTER_XBLOCK = 64  # columns per program of an outer reduction (codegen/heuristics.py)
 MIN_ELEMENTS = 1 << 18  # smaller reductions run fast enough whole (and stay fusable with their row's work)
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
 
-def split_factor(numel: int, rnumel: int) -> int:
-    """How many chunks to cut each row into (1 = do not split)."""
-    if numel >= MIN_PROGRAMS or rnumel < 2 * MIN_CHUNK or numel * rnumel < MIN_ELEMENTS:
+def split_factor(numel: int, rnumel: int, outer: bool = False) -> int:
+    """How many chunks to cut each row into (1 = do not split).
+
+    An outer reduction already spreads its outputs over programs of OUTER_XBLOCK columns."""
+    programs = -(-numel // OUTER_XBLOCK) if outer else numel
+    if programs >= MIN_PROGRAMS or rnumel < 2 * MIN_CHUNK or numel * rnumel < MIN_ELEMENTS:
         return 1
     factor = 1
-    while numel * factor < MIN_PROGRAMS and rnumel // (factor * 2) >= MIN_CHUNK:
+    while programs * factor < MIN_PROGRAMS and rnumel // (factor * 2) >= MIN_CHUNK:
         factor *= 2
     return factor
+
+
+def is_outer(node: ComputeNode) -> bool:
+    """A reduction whose loads are contiguous along an output dim, not along a reduced one."""
+    from compiler.dependencies import MemoryDep, extract_read_writes, node_index_symbols
+    from compiler.indexing import affine_coefficients
+
+    index, rindex = node_index_symbols(node)
+    symbols = [s for s in index + rindex if not s.is_Integer]
+    for dep in extract_read_writes(node).reads:
+        affine = affine_coefficients(dep.index, symbols) if isinstance(dep, MemoryDep) else None
+        if affine is None:
+            continue
+        unit = [s for s, c in affine[0].items() if c == 1]
+        if unit and unit[0] in index and not any(c == 1 for s, c in affine[0].items() if s in rindex):
+            return True
+    return False
 
 
 def split_reductions(program: Program) -> None:
     """Rewrites qualifying reductions in place (program.nodes and program.buffers)."""
     rewritten: list = []
     for node in program.nodes:
-        factor = split_factor(node.numel, node.rnumel) if isinstance(node, ComputeNode) and node.is_reduction else 1
+        factor = 1
+        if isinstance(node, ComputeNode) and node.is_reduction:
+            factor = split_factor(node.numel, node.rnumel, is_outer(node))
         if factor == 1 or not _splittable(node):
             rewritten.append(node)
             continue
@@ -49,21 +72,22 @@ def split_reductions(program: Program) -> None:
 def _split(program: Program, node: ComputeNode, factor: int) -> list[ComputeNode]:
     chunk = -(-node.rnumel // factor)
     out_dtype = node.stores[0].layout.dtype
-    partial_layout = Layout.contiguous(list(node.ranges) + [factor], _accumulator_dtype(out_dtype))
+    # the chunk dim goes first: each chunk's partial results are then contiguous, like the outputs
+    partial_layout = Layout.contiguous([factor] + list(node.ranges), _accumulator_dtype(out_dtype))
     partial = _new_buffer(program, partial_layout)
     kind, total = node.reduction_type, node.rnumel
     original_body, reduction_ranges = node.body, node.reduction_ranges
 
     def partial_body(ops, index, rindex):
-        flat = index[-1] * chunk + rindex[0]
+        flat = index[0] * chunk + rindex[0]
         inside = ops.lt(ops.index_expr(flat, "int64"), ops.constant(total, "int64"))
-        return ops.masked(inside, lambda: original_body(ops, index[:-1], unflatten(flat, reduction_ranges)),
+        return ops.masked(inside, lambda: original_body(ops, index[1:], unflatten(flat, reduction_ranges)),
                           IDENTITY[kind])
 
     def final_body(ops, index, rindex):
-        return ops.load(partial.name, partial_layout.index(list(index) + [rindex[0]]))
+        return ops.load(partial.name, partial_layout.index([rindex[0]] + list(index)))
 
-    first = ComputeNode(node.name, tuple(node.ranges) + (factor,), (chunk,), partial_body,
+    first = ComputeNode(node.name, (factor,) + tuple(node.ranges), (chunk,), partial_body,
                         [Store(partial, partial_layout)], kind, node.origins)
     second = replace(node, name=node.name + "_final", reduction_ranges=(factor,), body=final_body,
                      reduction_type="any" if kind == "any" else kind)

@@ -61,7 +61,7 @@ def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, Re
             if not isinstance(dep, MemoryDep):
                 continue
             index = tiled.nodes[node.name].apply(dep.index, tiled.bounds)
-            step_x, step_r = _unit_steps(index, tiled.numel, tiled.rnumel)
+            step_x, step_r = unit_steps(index, tiled.numel, tiled.rnumel)
             if step_r:
                 along_r += itemsize[dep.buffer]
             elif step_x:
@@ -71,7 +71,7 @@ def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, Re
     return along_x + along_r if along_x and along_r else None
 
 
-def _unit_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[bool, bool]:
+def unit_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[bool, bool]:
     """Whether moving one step along xindex (resp. rindex) moves the address by one element,
     at most sampled points (tiles that straddle a dim boundary are the exception)."""
     rng = random.Random(0)

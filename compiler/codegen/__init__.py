@@ -16,8 +16,8 @@ from compiler.codegen.group import assemble, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
 from compiler.dependencies import MemoryDep
-from compiler.indexing import RINDEX, XINDEX, affine_coefficients
 from compiler.options import CompileOptions
+from compiler.tiling import unit_steps
 from compiler.scheduler import KernelGroup, Schedule
 
 INT32_LIMIT = 2**31 - 1
@@ -80,15 +80,9 @@ def is_outer_reduction(group: KernelGroup, read_writes: dict) -> bool:
         for dep in read_writes[node.name].reads:
             if not isinstance(dep, MemoryDep):
                 continue
-            affine = affine_coefficients(group.mapping.nodes[node.name].apply(dep.index, group.mapping.bounds),
-                                         [XINDEX, RINDEX])
-            if affine is None:
-                continue
-            coefficients = affine[0]
-            if coefficients.get(RINDEX) == 1:
-                votes -= 1
-            elif coefficients.get(XINDEX) == 1 and coefficients.get(RINDEX, 0) > 1:
-                votes += 1
+            index = group.mapping.nodes[node.name].apply(dep.index, group.mapping.bounds)
+            along_x, along_r = unit_steps(index, group.numel, group.rnumel)
+            votes += -1 if along_r else (1 if along_x else 0)
     return votes > 0
 
 
