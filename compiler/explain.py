@@ -24,7 +24,12 @@ def describe(artifact: Artifact) -> str:
     for kernel in manifest["kernels"]:
         config = kernel["config"]
         shape = f"{kernel['numel']}" + (f" x {kernel['rnumel']}" if kernel["rnumel"] > 1 else "")
-        kind = "persistent reduction" if config.get("persistent") else ("looped reduction" if kernel["rnumel"] > 1 else "pointwise")
+        if config.get("tiled"):
+            kind = "2D-tiled pointwise"
+        elif kernel["rnumel"] > 1:
+            kind = "persistent reduction" if config.get("persistent") else "looped reduction"
+        else:
+            kind = "pointwise"
         lines.append(f"{kernel['name']}: {kind} over {shape}, XBLOCK={config['XBLOCK']} RBLOCK={config['RBLOCK']}")
         lines.append(f"    IR nodes {', '.join(kernel['nodes'])}")
         lines.append(f"    from wire nodes {', '.join(kernel['origins'])}")

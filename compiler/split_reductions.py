@@ -47,8 +47,11 @@ def is_outer(node: ComputeNode) -> bool:
         affine = affine_coefficients(dep.index, symbols) if isinstance(dep, MemoryDep) else None
         if affine is None:
             continue
-        unit = [s for s, c in affine[0].items() if c == 1]
-        if unit and unit[0] in index and not any(c == 1 for s, c in affine[0].items() if s in rindex):
+        coefficients = affine[0]
+        if not any(s in rindex for s in coefficients):
+            continue  # a per-output value broadcast over the reduction says nothing about its shape
+        if any(c == 1 for s, c in coefficients.items() if s in index) and \
+                not any(c == 1 for s, c in coefficients.items() if s in rindex):
             return True
     return False
 

@@ -61,12 +61,14 @@ def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, Re
             if not isinstance(dep, MemoryDep):
                 continue
             index = tiled.nodes[node.name].apply(dep.index, tiled.bounds)
+            if RINDEX not in index.free_symbols:
+                continue  # the same element for a whole row of the tile (a broadcast): no vote
             step_x, step_r = unit_steps(index, tiled.numel, tiled.rnumel)
             if step_r:
                 along_r += itemsize[dep.buffer]
             elif step_x:
                 along_x += itemsize[dep.buffer]
-            elif index.free_symbols:
+            else:
                 return None
     return along_x + along_r if along_x and along_r else None
 

@@ -16,6 +16,7 @@ from compiler.codegen.group import assemble, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
 from compiler.dependencies import MemoryDep
+from compiler.indexing import RINDEX
 from compiler.options import CompileOptions
 from compiler.tiling import unit_steps
 from compiler.scheduler import KernelGroup, Schedule
@@ -81,6 +82,8 @@ def is_outer_reduction(group: KernelGroup, read_writes: dict) -> bool:
             if not isinstance(dep, MemoryDep):
                 continue
             index = group.mapping.nodes[node.name].apply(dep.index, group.mapping.bounds)
+            if RINDEX not in index.free_symbols:
+                continue  # broadcast over the reduction
             along_x, along_r = unit_steps(index, group.numel, group.rnumel)
             votes += -1 if along_r else (1 if along_x else 0)
     return votes > 0

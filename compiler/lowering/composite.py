@@ -11,7 +11,7 @@ from compiler.lowering.context import LoweringContext
 from compiler.lowering.reductions import reduce_dims, variance
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
-from compiler.lowering.views import broadcast_to, normalize_dim, reshape
+from compiler.lowering.views import broadcast_to, normalize_dim
 
 
 def _as(value: TensorValue, dtype: str) -> Any:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-import sympy
 import torch
 
 from compiler.fx_import import dtype_name
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
-from compiler.lowering.values import Lazy, TensorValue, compute_dtype
+from compiler.lowering.values import FLOATS, Lazy, TensorValue, compute_dtype
 from compiler.lowering.views import broadcast_to
 
 Operand = TensorValue | int | float | bool
@@ -170,27 +169,45 @@ _register_binary(["aten.minimum.default"], "minimum")
 _register_binary(["aten.remainder.Tensor", "aten.remainder.Scalar"], "remainder")
 _register_binary(["aten.fmod.Tensor", "aten.fmod.Scalar"], "fmod")
 _register_binary(["aten.atan2.default"], "atan2")
-_register_binary(["aten.pow.Tensor_Tensor", "aten.pow.Scalar"], "pow")
 _register_binary(["aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar"], "bitwise_and")
 _register_binary(["aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar"], "bitwise_or")
 _register_binary(["aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar"], "bitwise_xor")
 
 
+@register("aten.pow.Tensor_Tensor", "aten.pow.Scalar")
+def pow_tensor(ctx: LoweringContext, a: Operand, b: Operand) -> Lazy:
+    if ctx.out_dtype not in FLOATS:  # the float pow (exp/log) would be wrong for integers
+        raise NotImplementedError("integer power with a tensor exponent: run it as an ATen call")
+    return elementwise(ctx, [a, b], lambda ops, x, y: ops.pow(x, y))
+
+
 @register("aten.pow.Tensor_Scalar")
 def pow_scalar(ctx: LoweringContext, a: TensorValue, exponent: Any) -> Lazy:
-    """Small integer powers as multiplications (exact, and what eager's fast path does)."""
-    if isinstance(exponent, (int, float)) and float(exponent).is_integer() and 0 <= exponent <= 4:
-        def power(ops, x):
-            result = ops.constant(1, compute_dtype(ctx.out_dtype))
-            for _ in range(int(exponent)):
-                result = ops.mul(result, x)
-            return result
-        return elementwise(ctx, [a], power)
+    """Small integer powers (any for integer tensors) as multiplications: exact, and what eager's
+    fast path does."""
+    integral = isinstance(exponent, (int, float)) and float(exponent).is_integer() and exponent >= 0
+    if integral and (exponent <= 4 or ctx.out_dtype not in FLOATS):
+        dtype = compute_dtype(ctx.out_dtype)
+        return elementwise(ctx, [a], lambda ops, x: _integer_power(ops, x, int(exponent), dtype))
+    if ctx.out_dtype not in FLOATS:
+        raise NotImplementedError("integer tensor to a negative or fractional power")
     if exponent == 0.5:
         return elementwise(ctx, [a], lambda ops, x: ops.sqrt(x))
     if exponent == -1:
         return elementwise(ctx, [a], lambda ops, x: ops.reciprocal(x))
     return elementwise(ctx, [a, exponent], lambda ops, x, y: ops.pow(x, y))
+
+
+def _integer_power(ops: Any, x: Any, exponent: int, dtype: str) -> Any:
+    """x ** exponent by squaring (wrapping like eager's integer multiplications)."""
+    result = None
+    while exponent:
+        if exponent & 1:
+            result = x if result is None else ops.mul(result, x)
+        exponent >>= 1
+        if exponent:
+            x = ops.mul(x, x)
+    return result if result is not None else ops.constant(1, dtype)
 
 
 def _register_comparison(name: str) -> None:

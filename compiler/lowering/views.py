@@ -9,7 +9,7 @@ from typing import Sequence
 
 import sympy
 
-from compiler.indexing import Expr, flatten, unflatten
+from compiler.indexing import flatten, unflatten
 from compiler.ir import Layout
 from compiler.lowering.values import Lazy, StorageView, TensorValue
 
