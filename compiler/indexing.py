@@ -160,7 +160,8 @@ def simplify_index(expr: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
             base, divisor, modulus = e.args
             bound = upper_bound(base, bounds)
             if bound is not None and _non_negative(base) and bound // int(divisor) < int(modulus):
-                return FloorDiv(base, divisor)
+                simpler = FloorDiv(base, divisor)
+                return rewrite(simpler) if simpler != e else simpler  # its evaluation may expose more
         if isinstance(e, sympy.Add):
             return _recombine(e)
         return e

@@ -20,6 +20,7 @@ from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.options import CompileOptions
+from compiler.inline_gathers import inline_gathered_producers
 from compiler.split_reductions import split_reductions
 from compiler.tiling import choose_tiling
 
@@ -98,6 +99,7 @@ class Schedule:
 
 def schedule(program: Program, options: CompileOptions) -> Schedule:
     split_reductions(program)
+    inline_gathered_producers(program)
     read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
     live = eliminate_dead_nodes(program, read_writes)
     predecessors = node_dependencies(live, read_writes)

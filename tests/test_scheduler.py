@@ -164,3 +164,17 @@ def test_large_reductions_with_few_outputs_are_split_in_two_kernels(fn, shape):
     partial, final = artifact.manifest["kernels"][-2:]
     assert final["numel"] * final["rnumel"] == partial["numel"]  # the final kernel reduces the partial results
     assert final["rnumel"] > 1 and partial["rnumel"] < math.prod(shape)
+
+
+def test_cross_entropy_gathers_recompute_log_probs_instead_of_storing_them():
+    logits, target = torch.randn(9, 40), torch.randint(0, 40, (9,))
+    artifact = compile_and_check(lambda x, t: F.cross_entropy(x, t), logits, target)
+    sizes = [meta["numel"] for meta in artifact.plan["buffers"].values()]
+    assert max(sizes) < logits.numel()  # no [tokens x vocab] log-probabilities in memory
+
+
+def test_a_gathered_pointwise_result_is_recomputed_at_the_gathered_index():
+    def fn(a, idx):
+        return torch.exp(a).index_select(0, idx) * 2
+    artifact = compile_and_check(fn, torch.randn(50, 7), torch.tensor([3, 0, 49, 3]))
+    assert all(meta["numel"] < 50 * 7 for meta in artifact.plan["buffers"].values())

@@ -190,7 +190,9 @@ class KernelWriter(TritonMathOps):
 
     def indirect(self, value: Var, size: int) -> sympy.Symbol:
         wrapped = self.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
-        return sympy.Symbol(wrapped.name, integer=True)
+        symbol = sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
+        self.bounds[symbol] = size  # in range for valid indices, which lets index math simplify
+        return symbol
 
     # --- reductions -----------------------------------------------------------------
     def reduce(self, reduction_type: str, value: Var, dtype: str) -> list[Var]:

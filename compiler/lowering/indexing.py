@@ -113,7 +113,10 @@ def _scatter(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue,
         for j in range(index.size[dim]):
             at = list(out_index)
             at[dim] = sympy.Integer(j)
-            target = index.load(ops, at) if covered is None else ops.masked(covered, lambda at=at: index.load(ops, at), -1)
+            if covered is None:
+                target = index.load(ops, at)
+            else:
+                target = ops.masked(covered, lambda at=at: index.load(ops, at), -1)
             hit = ops.eq(ops.to_dtype(target, "int64"), position)
             if isinstance(src, TensorValue):
                 value = ops.masked(hit, lambda at=at: ops.to_dtype(src.load(ops, at), dtype), 0)

@@ -1,0 +1,98 @@
+"""Recompute instead of materialize: a pointwise node whose output is only ever read through
+indirect indices (a gather, an embedding lookup, the target logit of a cross-entropy loss) is
+inlined into its readers, which evaluate its body at the gathered element, and the node itself
+is then dead.
+
+For cross-entropy this is the difference between writing and re-reading the whole
+[tokens x vocab] log-probability tensor and reading the logits once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from compiler.dependencies import ReadWrites, StarDep, extract_read_writes
+from compiler.indexing import Expr, ModularIndexing
+from compiler.ir import ComputeNode, Layout, Program
+
+MAX_INLINE_PASSES = 4
+
+
+def inline_gathered_producers(program: Program) -> None:
+    """Rewrites readers' bodies in place; the scheduler's dead-node elimination drops the producers."""
+    for _ in range(MAX_INLINE_PASSES):
+        read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
+        candidates = [n for n in program.nodes if _inlinable(n, program, read_writes)]
+        if not candidates:
+            return
+        for producer in candidates:
+            store = producer.stores[0]
+            for reader in _readers(program, store.buffer.name, read_writes):
+                reader.body = _with_inlined(reader.body, store.buffer.name, store.layout, producer)
+
+
+def _inlinable(node: Any, program: Program, read_writes: dict[str, ReadWrites]) -> bool:
+    if not isinstance(node, ComputeNode) or node.is_reduction or len(node.stores) != 1:
+        return False
+    store = node.stores[0]
+    name = store.buffer.name
+    if store.buffer.kind != "computed" or store.layout.size != store.buffer.layout.size or \
+            name in {o.buffer.name for o in program.outputs} or not _dense(store.layout):
+        return False
+    readers = _readers(program, name, read_writes)
+    if not readers or any(not isinstance(r, ComputeNode) for r in readers):
+        return False
+    reads_by_readers = [d for r in readers for d in read_writes[r.name].reads if d.buffer == name]
+    if not all(isinstance(d, StarDep) for d in reads_by_readers):
+        return False  # some reader reads it in order: fusion serves that better than recompute
+    writers = [n for n in program.nodes if n is not node and name in read_writes[n.name].write_buffers()]
+    return not writers and _inputs_unchanged(node, readers, program, read_writes)
+
+
+def _readers(program: Program, buffer: str, read_writes: dict[str, ReadWrites]) -> list:
+    return [n for n in program.nodes if buffer in read_writes[n.name].read_buffers()]
+
+
+def _inputs_unchanged(producer: ComputeNode, readers: list, program: Program,
+                      read_writes: dict[str, ReadWrites]) -> bool:
+    """Nothing the producer reads is written between it and its last reader."""
+    start = program.nodes.index(producer)
+    end = max(program.nodes.index(r) for r in readers)
+    inputs = read_writes[producer.name].read_buffers()
+    return not any(inputs & read_writes[n.name].write_buffers() for n in program.nodes[start + 1:end])
+
+
+def _dense(layout: Layout) -> bool:
+    dims = sorted((st, s) for s, st in zip(layout.size, layout.stride) if s != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _with_inlined(body: Callable, buffer: str, layout: Layout, producer: ComputeNode) -> Callable:
+    def inlined_body(ops: Any, index: list, rindex: list) -> Any:
+        return body(_InliningOps(ops, buffer, layout, producer), index, rindex)
+
+    return inlined_body
+
+
+class _InliningOps:
+    """Forwards every op; a load of the inlined buffer evaluates its producer at that element."""
+
+    def __init__(self, inner: Any, buffer: str, layout: Layout, producer: ComputeNode) -> None:
+        self._inner, self._buffer, self._layout, self._producer = inner, buffer, layout, producer
+
+    def load(self, name: str, index: Expr) -> Any:
+        if name != self._buffer:
+            return self._inner.load(name, index)
+        flat = index - self._layout.offset
+        coords = [ModularIndexing(flat, stride, size) for size, stride in zip(self._layout.size, self._layout.stride)]
+        value = self._producer.body(self, coords, [])
+        return self._inner.to_dtype(value, self._layout.dtype)  # what storing and reloading would give
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
