@@ -37,7 +37,7 @@ def _inlinable(node: Any, program: Program, read_writes: dict[str, ReadWrites]) 
     store = node.stores[0]
     name = store.buffer.name
     if store.buffer.kind != "computed" or store.layout.size != store.buffer.layout.size or \
-            name in {o.buffer.name for o in program.outputs} or not _dense(store.layout):
+            name in {o.buffer.name for o in program.outputs} or not store.layout.is_dense():
         return False
     readers = _readers(program, name, read_writes)
     if not readers or any(not isinstance(r, ComputeNode) for r in readers):
@@ -60,16 +60,6 @@ def _inputs_unchanged(producer: ComputeNode, readers: list, program: Program,
     end = max(program.nodes.index(r) for r in readers)
     inputs = read_writes[producer.name].read_buffers()
     return not any(inputs & read_writes[n.name].write_buffers() for n in program.nodes[start + 1:end])
-
-
-def _dense(layout: Layout) -> bool:
-    dims = sorted((st, s) for s, st in zip(layout.size, layout.stride) if s != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _with_inlined(body: Callable, buffer: str, layout: Layout, producer: ComputeNode) -> Callable:

@@ -45,6 +45,15 @@ class Layout:
     def numel(self) -> int:
         return math.prod(self.size)
 
+    def is_dense(self) -> bool:
+        """Whether the view covers a contiguous block exactly once, in some dim order."""
+        expected = 1
+        for stride, size in sorted((st, s) for s, st in zip(self.size, self.stride) if s != 1):
+            if stride != expected:
+                return False
+            expected *= size
+        return True
+
     def storage_numel(self) -> int:
         """Elements the storage must hold for this view to be in bounds."""
         if self.numel == 0:

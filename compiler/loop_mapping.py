@@ -77,6 +77,8 @@ def _space(node: ComputeNode) -> list[tuple[sympy.Symbol, int]]:
 
 def map_group(nodes: list[ComputeNode], read_writes: dict[str, ReadWrites]) -> GroupMapping:
     """Maps every node onto one kernel space, or raises FusionRefused."""
+    if len(nodes) > 1 and any(0 in n.ranges + n.reduction_ranges for n in nodes):
+        raise FusionRefused("an empty loop nest has nothing to share")
     anchor = next((n for n in nodes if n.is_reduction), nodes[0])
     numel, rnumel = anchor.numel, anchor.rnumel if anchor.is_reduction else 1
     bounds = {XINDEX: numel, RINDEX: rnumel}
@@ -103,12 +105,18 @@ def _direct_mapping(node: ComputeNode, bounds: dict[sympy.Symbol, int]) -> NodeM
     (so consecutive xindex values are neighbours in memory), r dims in row-major order."""
     substitutions: dict[sympy.Symbol, Expr] = {}
     order = memory_order(node)
-    for position, expr in zip(order, unflatten(XINDEX, [node.ranges[d] for d in order])):
-        if node.ranges[position] != 1:
-            substitutions[index_symbol("x", position)] = simplify_index(expr, bounds)
-    for i, expr in enumerate(unflatten(RINDEX, node.reduction_ranges)):
-        if node.reduction_ranges[i] != 1:
-            substitutions[index_symbol("r", i)] = simplify_index(expr, bounds)
+    if 0 in node.ranges:  # no outputs: the kernel is never launched
+        substitutions |= {index_symbol("x", d): sympy.Integer(0) for d in range(len(node.ranges))}
+    else:
+        for position, expr in zip(order, unflatten(XINDEX, [node.ranges[d] for d in order])):
+            if node.ranges[position] != 1:
+                substitutions[index_symbol("x", position)] = simplify_index(expr, bounds)
+    if 0 in node.reduction_ranges:  # an empty reduction: the loop never runs, the identity is stored
+        substitutions |= {index_symbol("r", d): sympy.Integer(0) for d in range(len(node.reduction_ranges))}
+    else:
+        for i, expr in enumerate(unflatten(RINDEX, node.reduction_ranges)):
+            if node.reduction_ranges[i] != 1:
+                substitutions[index_symbol("r", i)] = simplify_index(expr, bounds)
     return NodeMapping(substitutions)
 
 
@@ -170,6 +178,9 @@ def _invert(node: ComputeNode, access: Expr, kernel_index: Expr, bounds: dict[sy
         return None
     offset = kernel_index - constant
     substitutions = {s: simplify_index(ModularIndexing(offset, coefficients[s], size), bounds) for s, size in space}
+    # the solution must exist: 6*u + 1 == 6*xindex has none (another column of the same rows)
+    if not same_index(simplify_index(access.xreplace(substitutions), bounds), kernel_index, bounds):
+        return None
     return NodeMapping(substitutions)
 
 

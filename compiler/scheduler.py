@@ -222,7 +222,6 @@ def _same_group(steps: list[Step], a: str, b: str) -> bool:
 def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
                program: Program, options: CompileOptions, log: FusionLog) -> list[Step]:
     for _ in range(MAX_FUSION_ROUNDS):
-        ancestors = _ancestors(steps, predecessors)
         candidates = sorted(_candidate_pairs(steps, read_writes),
                             key=lambda pair: score_fusion(pair[0], pair[1], read_writes, program), reverse=True)
         fused_this_round: set[int] = set()
@@ -230,7 +229,7 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
         for first, second in candidates:
             if id(first) in fused_this_round or id(second) in fused_this_round:
                 continue
-            reason, group = can_fuse(first, second, ancestors, read_writes, options)
+            reason, group = can_fuse(first, second, steps, predecessors, read_writes, options)
             if group is None:
                 log.refuse(first, second, reason)
                 continue
@@ -261,31 +260,19 @@ def _candidate_pairs(steps: list[Step], read_writes: dict[str, ReadWrites]) -> l
     return list(pairs.values())
 
 
-def _ancestors(steps: list[Step], predecessors: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Transitive predecessors of every node."""
-    result: dict[str, set[str]] = {}
-    order = sorted((n for s in steps for n in s.node_names), key=program_order)
-    for name in order:
-        found = set(predecessors[name])
-        for p in predecessors[name]:
-            found |= result.get(p, set())
-        result[name] = found
-    return result
-
-
 def program_order(name: str) -> int:
     """IR nodes are named op<i> by their position in the program."""
     return int(name.removeprefix("op"))
 
 
-def can_fuse(first: Step, second: Step, ancestors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
-             options: CompileOptions) -> tuple[str, KernelGroup | None]:
+def can_fuse(first: Step, second: Step, steps: list[Step], predecessors: dict[str, set[str]],
+             read_writes: dict[str, ReadWrites], options: CompileOptions) -> tuple[str, KernelGroup | None]:
     """(reason, None) when the pair cannot share a kernel, else ("", the fused group)."""
     if isinstance(first, ExternStep) or isinstance(second, ExternStep):
         return "extern nodes run as ATen calls and never fuse", None
     if len(first.nodes) + len(second.nodes) > options.max_fusion_size:
         return f"the group would hold {len(first.nodes) + len(second.nodes)} nodes, over max_fusion_size={options.max_fusion_size}", None
-    if _creates_cycle(first, second, ancestors) or _creates_cycle(second, first, ancestors):
+    if _creates_cycle(first, second, steps, predecessors):
         return "fusing would create a cycle: a path leaves the group and re-enters it", None
     nodes = sorted(first.nodes + second.nodes, key=lambda n: program_order(n.name))
     try:
@@ -296,11 +283,30 @@ def can_fuse(first: Step, second: Step, ancestors: dict[str, set[str]], read_wri
                            max(first.last, second.last))
 
 
-def _creates_cycle(producer: Step, consumer: Step, ancestors: dict[str, set[str]]) -> bool:
-    """True if some node outside both depends on `producer` and is needed by `consumer`."""
-    inside = set(producer.node_names) | set(consumer.node_names)
-    consumer_needs = set().union(*(ancestors[n] for n in consumer.node_names)) - inside
-    return any(set(producer.node_names) & ancestors[n] for n in consumer_needs)
+def _creates_cycle(first: Step, second: Step, steps: list[Step], predecessors: dict[str, set[str]]) -> bool:
+    """True if, with the pair merged, a path of steps leaves the merged group and comes back.
+
+    Checked on the current groups, not on single nodes: two fusions that are each fine alone
+    can together make groups depend on each other."""
+    merged = {id(first), id(second)}
+    group_of = {n: ("merged" if id(s) in merged else id(s)) for s in steps for n in s.node_names}
+    successors: dict[object, set[object]] = {}
+    for name, before in predecessors.items():
+        if name not in group_of:
+            continue
+        for p in before:
+            if p in group_of and group_of[p] != group_of[name]:
+                successors.setdefault(group_of[p], set()).add(group_of[name])
+    seen: set[object] = set()
+    frontier = list(successors.get("merged", ()))
+    while frontier:
+        group = frontier.pop()
+        if group == "merged":
+            return True
+        if group not in seen:
+            seen.add(group)
+            frontier.extend(successors.get(group, ()))
+    return False
 
 
 def score_fusion(first: Step, second: Step, read_writes: dict[str, ReadWrites], program: Program) -> tuple[int, int]:

@@ -23,19 +23,8 @@ def dense_layout(meta: torch.Tensor) -> Layout:
     dtype = str(meta.dtype).removeprefix("torch.")
     size = tuple(meta.shape)
     stride = tuple(meta.stride())
-    if meta.numel() > 0 and _is_dense(size, stride):
-        return Layout(size, stride, 0, dtype)
-    return Layout.contiguous(size, dtype)
-
-
-def _is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
-    dims = sorted((st, s) for s, st in zip(size, stride) if s != 1)
-    expected = 1
-    for st, s in dims:
-        if st != expected:
-            return False
-        expected *= s
-    return True
+    layout = Layout(size, stride, 0, dtype)
+    return layout if meta.numel() > 0 and layout.is_dense() else Layout.contiguous(size, dtype)
 
 
 @dataclass

@@ -1,0 +1,293 @@
+"""Shape lowerings against eager: views as index remaps (view/reshape of non-contiguous
+inputs, permute, transpose, t, expand, squeeze, unsqueeze, slice with steps, select),
+tensors assembled from pieces (cat, stack, constant_pad_nd, split, chunk, repeat),
+clone/contiguous, and copy_ into a slice of an input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.lowering_cases import BF16, BOOL, FLOAT32, INT64, check, expanded, rand, strided, transposed
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
+
+DTYPES = [FLOAT32, BF16, INT64, BOOL]
+SOURCES = {"contiguous": rand, "transposed": transposed, "strided": strided, "expanded": expanded}
+
+
+def _source(layout: str, shape, dtype=FLOAT32):
+    return SOURCES[layout](shape, dtype)
+
+
+# --- views -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", list(SOURCES))
+@pytest.mark.parametrize("target", [(35,), (5, 7), (7, 5), (-1,), (1, 35, 1), (5, 1, 7)], ids=str)
+def test_reshape(target, layout):
+    """reshape of a (7, 5) tensor: a view where strides allow, an index remap elsewhere."""
+    check(lambda v: (v.reshape(target) * 2, v.reshape(target)), _source(layout, (7, 5)))
+
+
+@pytest.mark.parametrize("layout", list(SOURCES))
+def test_view_3d(layout):
+    x = _source(layout, (4, 3, 6))
+    check(lambda v: (v.reshape(12, 6), v.reshape(4, 18), v.reshape(2, 2, 3, 3, 2), v.reshape(-1, 3)), x)
+
+
+def test_view_of_contiguous_keeps_storage():
+    check(lambda v: (v.view(5, 7), v.view(-1), v.view(35, 1)), rand((7, 5)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_view_dtypes(dtype):
+    check(lambda v: (v.view(3, 7).t(), v.reshape(21)), rand((7, 3), dtype))
+
+
+@pytest.mark.parametrize("dims", [(0, 1, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0), (-1, 0, 1)], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+def test_permute(dims, layout):
+    check(lambda v: (v.permute(dims), v.permute(dims) + 1, v.permute(dims).reshape(-1)), _source(layout, (3, 4, 5)))
+
+
+@pytest.mark.parametrize("dims", [(0, 1), (1, 2), (0, 2), (-1, -2)], ids=str)
+def test_transpose(dims):
+    check(lambda v: (v.transpose(*dims), v.transpose(*dims).contiguous(), v.transpose(*dims) * 2), rand((3, 4, 5)))
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 7), (1, 5)], ids=str)
+def test_t(shape):
+    check(lambda v: (v.t(), v.t() + 1, v.t().contiguous()), rand(shape))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_expand(dtype):
+    check(lambda a, b: (a.expand(4, 3, 7), b.expand(3, 7) * 1, a.expand(2, -1, -1).contiguous(), b.expand_as(a)),
+          rand((3, 7), dtype), rand((3, 1), dtype, seed=1))
+
+
+def test_broadcast_to_and_expand_of_expanded():
+    check(lambda v: (torch.broadcast_to(v, (2, 7, 5)).sum(0), v.expand(3, 7, 5) + 1), expanded((7, 5)))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_squeeze_unsqueeze(layout):
+    x = _source(layout, (1, 7, 1, 5))
+    check(lambda v: (v.squeeze(), v.squeeze(0), v.squeeze(2), v.squeeze(-1), v.squeeze((0, 2)), v.unsqueeze(0),
+                     v.unsqueeze(-1), v.unsqueeze(2) * 2, v.squeeze().unsqueeze(1)), x)
+
+
+@pytest.mark.parametrize("layout", list(SOURCES))
+def test_slice_with_steps(layout):
+    x = _source(layout, (9, 8))
+    check(lambda v: (v[1:7], v[::2], v[1::3, 2:7:2], v[:, -3:], v[-5:-1:2], v[:, ::4] * 2, v[7:100], v[2:3, 5:6]), x)
+
+
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16, INT64], ids=str)
+def test_slice_of_computed_value(dtype):
+    check(lambda v: ((v * 2)[1::2], (v + 1)[:, 1:4].sum(-1) if dtype != INT64 else (v + 1)[:, 1:4]), rand((7, 6), dtype))
+
+
+@pytest.mark.parametrize("layout", list(SOURCES))
+def test_select(layout):
+    x = _source(layout, (4, 7, 5))
+    check(lambda v: (v[0], v[-1], v[:, 3], v[:, :, -2], v[2, 1], v.select(1, 0) * 3, v[1][2][3]), x)
+
+
+@pytest.mark.parametrize("dims", [(0,), (-1,), (0, 1)], ids=str)
+def test_flip(dims):
+    check(lambda v: (torch.flip(v, dims), torch.flip(v, dims) * 2), transposed((4, 5)))
+
+
+def test_narrow_and_unbind():
+    check(lambda v: (v.narrow(0, 1, 3), v.narrow(-1, 1, 2), *v.unbind(1)), rand((5, 3)))
+
+
+@pytest.mark.parametrize("layout", list(SOURCES))
+def test_clone_contiguous(layout):
+    x = _source(layout, (7, 5))
+    check(lambda v: (v.clone(), v.contiguous(), v.t().contiguous(), v.clone(memory_format=torch.contiguous_format)), x)
+
+
+def test_chain_of_views_of_computed_value():
+    check(lambda v: (v.exp().t().reshape(5, 7)[1:, ::2].unsqueeze(0).expand(2, -1, -1) + 1), rand((7, 5)))
+
+
+# --- cat / stack ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cat_two(dim, dtype):
+    a = rand((3, 4), dtype)
+    b = rand((3, 4), dtype, seed=1) if dim == 0 else rand((3, 2), dtype, seed=1)
+    if dim == 0:
+        b = rand((2, 4), dtype, seed=1)
+    check(lambda x, y: torch.cat([x, y], dim), a, b)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_cat_three_pieces(dim):
+    sizes = [[2, 3, 4], [2, 3, 4], [2, 3, 4]]
+    for i, extra in enumerate((1, 3, 2)):
+        sizes[i][dim] = extra
+    pieces = [rand(s, seed=i) for i, s in enumerate(sizes)]
+    check(lambda a, b, c: (torch.cat([a, b, c], dim), torch.cat([a, b, c], dim) * 2), *pieces)
+
+
+def test_cat_non_contiguous_and_computed_pieces():
+    check(lambda a, b, c: torch.cat([a.exp(), b, c[:, ::2]], 1), transposed((3, 4)), strided((3, 2)), rand((3, 6), seed=2))
+
+
+def test_cat_same_tensor_twice_and_size_one_pieces():
+    check(lambda a, b: (torch.cat([a, a], 0), torch.cat([a[:1], b, a[-1:]], 0)), rand((3, 5)), rand((1, 5), seed=1))
+
+
+def test_cat_mixed_dtypes_promotes():
+    check(lambda a, b: torch.cat([a, b], 0), rand((2, 3), BF16), rand((1, 3), FLOAT32, seed=1))
+
+
+def test_cat_size_1000():
+    check(lambda a, b: torch.cat([a, b]), rand((1000,)), rand((7,), seed=1))
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_stack(dim):
+    check(lambda a, b, c: (torch.stack([a, b], dim), torch.stack([a, b, c], dim)),
+          rand((3, 4)), transposed((3, 4), seed=1), rand((3, 4), seed=2))
+
+
+# --- padding -----------------------------------------------------------------------------------
+
+PADS = [(1, 2), (0, 3), (2, 0, 1, 1), (-1, 2), (1, -2), (-1, -1, 1, 0), (3, 3, 0, 0, 1, 1)]  # last dim first
+
+
+@pytest.mark.parametrize("pad", PADS, ids=str)
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16, INT64], ids=str)
+def test_constant_pad_nd(pad, dtype):
+    value = 2 if dtype == INT64 else -1.5
+    check(lambda v: (F.pad(v, pad), F.pad(v, pad, value=value)), rand((2, 4, 5), dtype))
+
+
+def test_pad_non_contiguous():
+    check(lambda v: F.pad(v, (1, 1, -1, 2), value=3.0), transposed((4, 5)))
+
+
+# --- split / chunk / repeat ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+def test_split(size, dim):
+    check(lambda v: [p * 1 for p in torch.split(v, size, dim)] + list(torch.split(v, size, dim)), rand((7, 6)))
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_split_unfused(dim):
+    check(lambda v: [p * 1 for p in torch.split(v, 1, dim)] + list(torch.split(v, 1, dim)), rand((7, 6)),
+          options={"fusion": False})
+
+
+def test_neighbouring_columns_fused():
+    check(lambda v: (v[:, 0] * 1, v[:, 1] * 1), rand((7, 6)))
+
+
+def test_split_with_sizes():
+    check(lambda v: [p + 1 for p in torch.split(v, [1, 4, 2], 0)] + [p for p in v.split([3, 3], -1)], rand((7, 6)))
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4])
+def test_chunk(chunks):
+    check(lambda v: [p * 2 for p in torch.chunk(v, chunks, -1)] + [p for p in v.chunk(chunks, 0)], transposed((7, 6)))
+
+
+def test_qkv_split_pattern():
+    """A fused qkv projection split into heads: split, view, permute."""
+    def fn(qkv):
+        q, k, v = qkv.split(8, dim=-1)
+        return [t.view(2, 3, 2, 4).permute(0, 2, 1, 3).contiguous() for t in (q, k, v)]
+
+    check(fn, rand((2, 3, 24)))
+
+
+@pytest.mark.parametrize("repeats", [(2,), (1, 3), (2, 1, 2)], ids=str)
+def test_repeat(repeats):
+    check(lambda v: v.repeat(*repeats), rand((3,) if len(repeats) == 1 else (2, 3)))
+
+
+# --- copy_ into views of inputs ---------------------------------------------------------------
+
+def test_copy_into_slice_of_input():
+    def fn(x, y):
+        x[1:3].copy_(y)
+        return x * 1
+
+    check(fn, rand((5, 4)), rand((2, 4), seed=1))
+
+
+def test_copy_into_strided_slice_with_broadcast_and_cast():
+    def fn(x, y):
+        x[:, ::2].copy_(y)  # y broadcasts over rows and is cast from bf16
+        return x.sum(-1)
+
+    check(fn, rand((3, 6)), rand((3,), BF16, seed=1))
+
+
+def test_setitem_scalar_and_column():
+    def fn(x, y):
+        x[0] = y[0]
+        x[:, -1] = y
+        x[1:3, 0].fill_(2.5)
+        return x.clone()
+
+    check(fn, rand((4, 3)), rand((4,), seed=1))
+
+
+def test_copy_from_flipped_self():
+    """Valid in eager (flip copies): the in-place write must not overwrite what is still to be read."""
+    check(lambda x: x.copy_(x.flip(0)), rand((3000,)))
+
+
+def test_copy_whole_input():
+    def fn(x, y):
+        x.copy_(y.t())
+        return x + 1
+
+    check(fn, rand((3, 4)), rand((4, 3), seed=1))
+
+
+def test_slice_scatter_and_select_scatter():
+    check(lambda x, y, z: (torch.slice_scatter(x, y, 0, 1, 3), torch.select_scatter(x, z, 1, 2)),
+          rand((5, 4)), rand((2, 4), seed=1), rand((5,), seed=2))
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+def test_zero_size_tensors(fusion):
+    check(lambda x: (x * 2, x.sum(0), x.reshape(3, 0)), rand((0, 3)), options={"fusion": fusion})
+
+
+# --- backward of shape ops (slice_backward, select_backward, cat's split, pad's negative pad...) ----
+
+SHAPE_BACKWARDS = {
+    "slice": lambda x: x[1:, ::2],
+    "select": lambda x: x[1],
+    "expand": lambda x: x.expand(3, 4, 6),
+    "cat": lambda x: torch.cat([x, x[:, :2] * 2], -1),
+    "stack": lambda x: torch.stack([x, x * 3]),
+    "pad": lambda x: F.pad(x, (1, 2, -1, 0)),
+    "repeat": lambda x: x.repeat(2, 1),
+    "unbind": lambda x: x.unbind(0)[1],
+    "split": lambda x: x.split(4, -1)[1],
+    "permute_reshape": lambda x: x.permute(1, 0).reshape(3, 8),
+    "flip_roll": lambda x: x.flip(0).roll(1, -1),
+    "narrow_squeeze": lambda x: x.narrow(1, 1, 3).unsqueeze(0).squeeze(0),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPE_BACKWARDS))
+def test_shape_op_backward(name):
+    def fn(x):
+        x = x.detach().requires_grad_(True)
+        y = SHAPE_BACKWARDS[name](x).exp()
+        return [y] + list(torch.autograd.grad(y, x, torch.ones_like(y) * 0.5))
+
+    check(fn, rand((4, 6)))
