@@ -3,6 +3,7 @@
     fusewire up                          whole local stack: redis-server + worker + API
     fusewire serve | worker              one part of it
     fusewire compile graph.json -o a.fwa [--local]
+    fusewire compile mymodel:step -o a.fwa       capture a Python function (see _capture)
     fusewire fetch KEY -o a.fwa
     fusewire status | explain graph.json
 
@@ -37,6 +38,9 @@ err = Console(stderr=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable JSON on stdout")]
 Target = Annotated[str, typer.Option("--target", "-t", help="'cpu' or 'cuda:sm_XY'")]
 Options = Annotated[Optional[str], typer.Option("--options", help="compile options as JSON, or @file.json")]
+GraphSpec = Annotated[str, typer.Argument(
+    help="wire-format graph JSON file, or module:function (file.py:function) whose example inputs come from "
+         "function.example_inputs or the module's example_inputs()")]
 
 
 class State:
@@ -100,6 +104,56 @@ def _read_graph(path: Path):
         raise _fail(f"cannot read {path}: {exc}", 2) from None
     except GraphValidationError as exc:
         raise _fail(f"{path}: {exc}", 2) from None
+
+
+def _is_function_spec(spec: str) -> bool:
+    return ":" in spec and not Path(spec).is_file()
+
+
+def _capture(spec: str):
+    """`module:function` (or `path/file.py:function`) -> wire Graph, traced with make_fx.
+
+    Example inputs: the function's attribute `example_inputs`, else the module's
+    `example_inputs`; either a sequence of tensors or a callable returning one (or one tensor).
+    The function takes tensors and returns tensors (parameters are inputs, not module attributes)."""
+    import importlib
+
+    module_name, _, attr = spec.rpartition(":")
+    try:
+        if module_name.endswith(".py"):
+            file = Path(module_name).resolve()
+            module_spec = importlib.util.spec_from_file_location(file.stem, file)
+            if module_spec is None:
+                raise ImportError(f"cannot load {file}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[file.stem] = module
+            module_spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())  # as `python -m` would find it
+            module = importlib.import_module(module_name)
+        function = module
+        for part in attr.split("."):
+            function = getattr(function, part)
+    except (ImportError, AttributeError, OSError) as exc:
+        raise _fail(f"cannot import {spec}: {type(exc).__name__}: {exc}", 2) from None
+    source = getattr(function, "example_inputs", None)
+    if source is None:
+        source = getattr(module, "example_inputs", None)
+    if source is None:
+        raise _fail(f"{spec}: give the function an `example_inputs` attribute or define example_inputs() in "
+                    f"{module_name}, returning the tensors to trace it with", 2)
+    inputs = source() if callable(source) else source
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.fx_import import ConversionError, from_fx
+
+    inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    try:
+        return from_fx(make_fx(function)(*inputs), inputs)
+    except ConversionError as exc:
+        raise _fail(f"{spec}: {exc}", 2) from None
 
 
 def _kernel_table(manifest: dict) -> Table:
@@ -252,22 +306,33 @@ def _auto_targets() -> list[str]:
 
 @app.command("compile")
 def compile_cmd(
-    graph: Annotated[Path, typer.Argument(help="wire-format graph JSON", exists=True, dir_okay=False)],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="artifact file (default: GRAPH.fwa)")] = None,
+    graph: GraphSpec,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o",
+                                                   help="artifact file (default: GRAPH.fwa, or FUNCTION.fwa)")] = None,
     target: Target = "cpu",
     options: Options = None,
     local: Annotated[bool, typer.Option("--local", help="compile in this process, no service needed")] = False,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the service's compile")] = 600.0,
     as_json: JsonFlag = False,
 ) -> None:
-    """Compile a graph (on the service, or --local in-process) and write the artifact."""
-    output = output or graph.with_suffix(".fwa")
+    """Compile a graph file or a Python function (on the service, or --local in-process); write the artifact."""
     opts = _read_options(options)
     quiet = as_json or state.json
-    if local:
-        blob, manifest = _compile_local(graph, target, opts, quiet)
+    if _is_function_spec(graph):
+        parsed = _capture(graph)
+        output = output or Path(graph.rpartition(":")[2] + ".fwa")
+        payload = parsed.model_dump(mode="json")
     else:
-        blob, manifest = _compile_remote(graph, target, opts, timeout, quiet)
+        path = Path(graph)
+        if not path.is_file():
+            raise _fail(f"{graph}: no such file (and not module:function)", 2)
+        output = output or path.with_suffix(".fwa")
+        parsed = _read_graph(path) if local else None
+        payload = None if local else _read_json(path)  # sent as it is: the service says what is wrong, and where
+    if local:
+        blob, manifest = _compile_local(parsed, target, opts, quiet)
+    else:
+        blob, manifest = _compile_remote(payload, target, opts, timeout, quiet)
     output.write_bytes(blob)
     result = {"key": manifest.get("key"), "target": target, "output": str(output), "bytes": len(blob),
               "kernels": _kernels(manifest)}
@@ -276,10 +341,9 @@ def compile_cmd(
         out.print(_kernel_table(manifest))
 
 
-def _compile_local(path: Path, target: str, options: dict | None, quiet: bool) -> tuple[bytes, dict]:
+def _compile_local(graph, target: str, options: dict | None, quiet: bool) -> tuple[bytes, dict]:
     import compiler
 
-    graph = _read_graph(path)
     try:
         if quiet:
             artifact = compiler.compile(graph, target, options)
@@ -293,13 +357,16 @@ def _compile_local(path: Path, target: str, options: dict | None, quiet: bool) -
     return artifact.to_bytes(), artifact.manifest
 
 
-def _compile_remote(path: Path, target: str, options: dict | None, timeout: float, quiet: bool) -> tuple[bytes, dict]:
-    from compiler.artifact import Artifact
-
+def _read_json(path: Path) -> Any:
     try:
-        payload = json.loads(path.read_bytes())
+        return json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read {path} as JSON: {exc}", 2) from None
+
+
+def _compile_remote(payload: Any, target: str, options: dict | None, timeout: float, quiet: bool) -> tuple[bytes, dict]:
+    from compiler.artifact import Artifact
+
     with _client() as client:
         try:
             submission = client.submit(payload, target, options)
@@ -372,12 +439,17 @@ def status(as_json: JsonFlag = False) -> None:
 
 @app.command()
 def explain(
-    graph: Annotated[Path, typer.Argument(help="wire-format graph JSON", exists=True, dir_okay=False)],
+    graph: GraphSpec,
     target: Target = "cpu",
     as_json: JsonFlag = False,
 ) -> None:
     """Why the compiler fused what it fused (compiler.explain, else the manifest's fusion log)."""
-    parsed = _read_graph(graph)
+    if _is_function_spec(graph):
+        parsed = _capture(graph)
+    elif Path(graph).is_file():
+        parsed = _read_graph(Path(graph))
+    else:
+        raise _fail(f"{graph}: no such file (and not module:function)", 2)
     if importlib.util.find_spec("compiler.explain") is not None:
         from compiler.explain import explain as explain_graph
 

@@ -24,6 +24,8 @@ import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 RETRIES = 3
+# the service's error codes by status (docs/SERVICE.md), for answers without a body (HEAD)
+_ERROR_CODES = {401: "unauthenticated", 403: "forbidden", 404: "not_found", 413: "too_large", 429: "rate_limited"}
 
 
 class ServiceError(RuntimeError):
@@ -116,6 +118,10 @@ class FusewireClient:
             body = {}
         if not isinstance(body, dict):
             body = {}
+        if not body:  # HEAD answers, proxies: no JSON body to say what went wrong
+            request = response.request
+            body = {"error": _ERROR_CODES.get(response.status_code, "http_error"),
+                    "detail": f"{request.method} {request.url.path}: {response.reason_phrase} {response.text[:500]}".strip()}
         raise ServiceError(response.status_code, body.get("error", "http_error"),
                            body.get("detail", response.text[:500]), body.get("where"))
 
