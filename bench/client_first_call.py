@@ -41,29 +41,11 @@ def child(args: argparse.Namespace) -> None:
     """One measurement in this (fresh) process; prints one JSON line."""
     started = time.perf_counter()
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 
     imported = time.perf_counter() - started
 
-    class Block(nn.Module):
-        def __init__(self, d_model: int, heads: int) -> None:
-            super().__init__()
-            self.heads = heads
-            self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-            self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-            self.fc1, self.fc2 = nn.Linear(d_model, 4 * d_model), nn.Linear(4 * d_model, d_model)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            batch, seq, d_model = x.shape
-            head = d_model // self.heads
-            q, k, v = self.qkv(self.ln1(x)).split(d_model, dim=2)
-            q, k, v = (t.view(batch, seq, self.heads, head).transpose(1, 2) for t in (q, k, v))
-            scores = (q @ k.transpose(-2, -1)) / head ** 0.5
-            causal = torch.tril(torch.ones(seq, seq, dtype=torch.bool, device=x.device))
-            attention = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-            x = x + self.proj((attention @ v).transpose(1, 2).reshape(batch, seq, d_model))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+    sys.path.insert(0, str(ROOT))
+    from tests.client.client_models import Block  # the transformer block the client tests train
 
     torch.manual_seed(0)
     model = Block(args.d_model, args.heads).to(args.device)

@@ -7,7 +7,7 @@ import sys
 
 import httpx
 
-from svc_helpers import ROOT, free_port, settings_env, wait_for
+from svc_helpers import ROOT, free_port, settings_env, stop_process, wait_for
 
 TOKEN = "tok-alpha"  # tests/service/svc_helpers.py TOKENS: team alpha
 
@@ -34,10 +34,4 @@ class ApiServer:
             return False
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)

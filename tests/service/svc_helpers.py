@@ -77,13 +77,18 @@ class RedisServer:
         client.close()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM, then SIGKILL if it has not exited after `grace_s`."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _pings(client) -> bool:
