@@ -178,3 +178,16 @@ def test_a_gathered_pointwise_result_is_recomputed_at_the_gathered_index():
         return torch.exp(a).index_select(0, idx) * 2
     artifact = compile_and_check(fn, torch.randn(50, 7), torch.tensor([3, 0, 49, 3]))
     assert all(meta["numel"] < 50 * 7 for meta in artifact.plan["buffers"].values())
+
+
+@pytest.mark.parametrize("fn, loops", [
+    (lambda x: F.cross_entropy(x, torch.arange(6) * 7), 1),                      # max + sum-exp in one pass
+    (lambda x: torch.softmax(x, -1), 2),                                          # one online pass, one to write
+    (lambda x: torch.softmax(x.masked_fill(x > 1, float("-inf")), -1), 2),        # -inf entries and rows
+])
+def test_wide_rows_use_an_online_softmax(fn, loops):
+    wide = torch.randn(6, 3000)
+    wide[0] = float("-inf")  # a fully masked row: eager gives NaN, so must we
+    artifact = compile_and_check(fn, wide)
+    source = artifact.kernel_source(artifact.manifest["kernels"][0])
+    assert "_sum * " in source and source.count("for roffset") == loops

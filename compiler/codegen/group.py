@@ -10,20 +10,26 @@ looped kernel, and one straight pass over registers in a persistent one.
 from __future__ import annotations
 
 from compiler.codegen.kernel import KernelWriter, StoreLine
+from compiler.codegen.online_softmax import find_online_pairs
 from compiler.codegen.triton_helpers import HELPERS, PORTABLE_MATH
 from compiler.dependencies import ReadWrites
 from compiler.ir import ComputeNode
 from compiler.scheduler import KernelGroup
 
 
-def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites]) -> list[tuple[str, list[ComputeNode]]]:
-    """Sections in order, as (kind, nodes): x-sections at even positions, r-sections at odd."""
+def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites],
+                online: dict[str, str] | None = None) -> list[tuple[str, list[ComputeNode]]]:
+    """Sections in order, as (kind, nodes): x-sections at even positions, r-sections at odd.
+    A sum paired with its max for an online softmax (`online`: max -> sum) shares the max's loop."""
+    partner_of = {total: high for high, total in (online or {}).items()}
     available: dict[str, int] = {}
     position: dict[str, int] = {}
     for node in group.nodes:
         ready = max((available[b] for b in read_writes[node.name].read_buffers() if b in available), default=0)
         in_r = (group.is_reduction or group.tiled) and (node.is_reduction or group.mapping.uses_rindex(node))
         spot = ready + (1 if (ready % 2 == 0) == in_r else 0)
+        if node.name in partner_of:
+            spot = position[partner_of[node.name]]
         position[node.name] = spot
         for buffer in read_writes[node.name].write_buffers():
             available[buffer] = spot + 1 if node.is_reduction else spot
@@ -32,7 +38,9 @@ def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites]) -> list[
 
 
 def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str, ReadWrites]) -> None:
-    sections = place_nodes(group, read_writes)
+    online = {} if writer.persistent else find_online_pairs(group.nodes, group.mapping)
+    by_name = {n.name: n for n in group.nodes}
+    sections = place_nodes(group, read_writes, online)
     pending_reductions: list[tuple[ComputeNode, list]] = []
     for kind, nodes in sections:
         if (not (group.is_reduction or group.tiled) and kind == "r") or (not nodes and not pending_reductions):
@@ -44,9 +52,14 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
                 writer.store(store.buffer.name, store.layout.index(index), result)
         pending_reductions = []
         for node in nodes:
+            if node.name in online.values():
+                continue  # written with its max, below
             index, rindex = group.mapping.index_of(node)
             value = node.body(writer, index, rindex)
-            if node.is_reduction:
+            if node.name in online:
+                row_max, row_sum = writer.online_softmax(value, value.dtype)
+                pending_reductions += [(node, [row_max]), (by_name[online[node.name]], [row_sum])]
+            elif node.is_reduction:
                 accumulate = "float32" if node.reduction_type == "welford" and value.dtype != "float64" else value.dtype
                 pending_reductions.append((node, writer.reduce(node.reduction_type, value, accumulate)))
             else:

@@ -261,6 +261,24 @@ class KernelWriter(TritonMathOps):
             return self._welford_looped(value, acc, dtype)
         raise CodegenError(f"reduction type {kind}")
 
+    def online_softmax(self, value: Var, dtype: str) -> tuple[Var, Var]:
+        """(row max, row sum of exp(value - max)) in one looped pass: the running sum is
+        rescaled by exp(old max - new max) whenever the running max grows."""
+        self.helpers.add("max")
+        acc, tl_dtype = self._fresh("online"), TL_DTYPES[dtype]
+        self.setup += [f"{acc}_max = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {tl_dtype})",
+                       f"{acc}_sum = tl.zeros([XBLOCK, RBLOCK], {tl_dtype})"]
+        self.section.lines += [
+            f"{acc}_new = _fw_max_combine({acc}_max, tl.where(rxmask, {value}, float(\"-inf\")))",
+            f"{acc}_scale = tl.where({acc}_new == float(\"-inf\"), 1.0, tl.exp({acc}_max - {acc}_new))",
+            f"{acc}_term = tl.where(rxmask & ({value} > float(\"-inf\")), tl.exp({value} - {acc}_new), 0.0)",
+            f"{acc}_sum = {acc}_sum * {acc}_scale + {acc}_term",
+            f"{acc}_max = {acc}_new",
+        ]
+        row_max = self._after_loop(f"tl.reduce({acc}_max, 1, _fw_max_combine)[:, None]", dtype)
+        weights = f"tl.where({acc}_max == float(\"-inf\"), 0.0, tl.exp({acc}_max - {row_max}))"
+        return row_max, self._after_loop(f"tl.sum({acc}_sum * {weights}, 1)[:, None]", dtype)
+
     def _after_loop(self, expression: str, dtype: str) -> Var:
         """A value computed once the current loop has finished: it goes in the next x-section."""
         var = Var(self._fresh(), dtype)
