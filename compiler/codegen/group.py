@@ -37,8 +37,10 @@ def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites],
     return [("r" if i % 2 else "x", [n for n in group.nodes if position[n.name] == i]) for i in range(last + 1)]
 
 
-def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str, ReadWrites]) -> None:
-    online = {} if writer.persistent else find_online_pairs(group.nodes, group.mapping)
+def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str, ReadWrites],
+                online_softmax: bool = True) -> None:
+    use_online = online_softmax and not writer.persistent
+    online = find_online_pairs(group.nodes, group.mapping) if use_online else {}
     by_name = {n.name: n for n in group.nodes}
     sections = place_nodes(group, read_writes, online)
     pending_reductions: list[tuple[ComputeNode, list]] = []
