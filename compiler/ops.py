@@ -26,8 +26,3 @@ BINARY_OPS = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
     "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
 })
-
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                         "isnan", "isinf", "logical_not"})
-
-REDUCTION_TYPES = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "any", "welford"})

@@ -4,7 +4,6 @@ remainder with Python's signs). Mixed into `KernelWriter`, which supplies `emit`
 
 from __future__ import annotations
 
-from typing import Any
 
 from compiler.codegen.triton_helpers import PORTABLE_MATH
 from compiler.codegen.values import TL_DTYPES, Var, is_float, promote

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store, TensorArg
-from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
+from compiler.lowering.values import StorageView, TensorValue, compute_dtype
 
 
 class LoweringError(ValueError):
@@ -113,7 +113,3 @@ class LoweringContext:
             mutated=[m.buffer for m in mutated], origins=[self.origin],
         ))
         return [StorageView(b, b.layout) for b in outputs]
-
-
-def lazy(size: Sequence[int], dtype: str, fn: Callable) -> Lazy:
-    return Lazy(tuple(size), dtype, fn)

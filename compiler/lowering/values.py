@@ -63,9 +63,3 @@ class Lazy(TensorValue):
 
     def load(self, ops: Any, index: Sequence[Expr]) -> Any:
         return self.fn(ops, index)
-
-
-def loaded_as(value: TensorValue, dtype: str) -> LoadFn:
-    """A loader that casts to `dtype`'s compute type (a no-op when it already is)."""
-    target = compute_dtype(dtype)
-    return lambda ops, index: ops.to_dtype(value.load(ops, index), target)
