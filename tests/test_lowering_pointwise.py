@@ -531,3 +531,10 @@ def test_inplace_unary_and_binary(op):
         return x + y
 
     check(fn, rand((3, 7)), rand((3, 7), nonzero=True, seed=1))
+
+
+@pytest.mark.parametrize("fn", [torch.erfinv, torch.lgamma])
+def test_functions_the_interpreter_lacks_run_as_aten(fn):
+    result = check(lambda x: fn(x) * 2, rand((5, 7)) * 0.5, expect_no_extern=False)
+    assert result.externs  # the function itself; the multiplication is still a kernel
+    assert result.kernels
