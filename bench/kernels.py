@@ -1,5 +1,5 @@
 """Kernel benchmark on a GPU: eager PyTorch, torch.compile (Inductor) and fusewire on
-the corpus's functions at training sizes.
+the corpus's functions at training sizes (fusewire autotuned unless --no-autotune).
 
 For each case: fusewire compiles the captured graph for this GPU's arch (cubins built
 ahead of time, launched without the Triton compiler), checks the result against eager
@@ -145,7 +145,7 @@ def relative_error(ours: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
     return worst
 
 
-def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool) -> dict:
+def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool, autotune: bool = True) -> dict:
     import compiler
     from client.runtime import load
     from compiler.fx_import import from_fx
@@ -154,7 +154,7 @@ def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool) -> d
     inputs = case.make_inputs()
     graph = from_fx(make_fx(case.fn)(*inputs), inputs)
     started = time.perf_counter()
-    artifact = compiler.compile(graph, target)
+    artifact = compiler.compile(graph, target, {"autotune": autotune})
     compile_s = time.perf_counter() - started
     run = load(artifact)
     ours = run(*inputs)
@@ -188,6 +188,7 @@ def main() -> None:
     parser.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     parser.add_argument("--json", default="", help="write the rows to this file")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile (faster)")
+    parser.add_argument("--no-autotune", action="store_true", help="fusewire with heuristic configs only")
     args = parser.parse_args()
     major, minor = torch.cuda.get_device_capability()
     target = f"cuda:sm_{major}{minor}"
@@ -200,7 +201,7 @@ def main() -> None:
         if wanted and not any(w in case.name for w in wanted):
             continue
         try:
-            rows.append(run_case(case, target, copy_gbs, not args.no_inductor))
+            rows.append(run_case(case, target, copy_gbs, not args.no_inductor, not args.no_autotune))
         except Exception as exc:  # report and go on: one broken case must not hide the others
             rows.append({"case": case.name, "error": f"{type(exc).__name__}: {exc}"[:500]})
         print(json.dumps(rows[-1]), flush=True)

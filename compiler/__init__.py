@@ -1,4 +1,4 @@
-"""The fusewire compiler: wire graph -> lowering -> scheduler -> codegen -> artifact.
+"""The fusewire compiler: wire graph -> lowering -> scheduler -> codegen -> autotune -> artifact.
 
 `compile()` below is the whole pipeline, one stage per line. The stages are imported
 inside it because the API process imports `compiler.graph` and must not pay for (or
@@ -18,13 +18,16 @@ if TYPE_CHECKING:
 __all__ = ["compile", "CompileOptions"]
 
 
-def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict | None = None, progress=None) -> "Artifact":
+def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict | None = None, progress=None,
+            tuning_cache=None) -> "Artifact":
     """Compiles a validated wire graph for `target` ("cpu" or "cuda:sm_90") into an Artifact.
 
-    `progress(stage, fraction)` is called as stages finish, for job reporting.
+    `progress(stage, fraction)` is called as stages finish, for job reporting; `tuning_cache`
+    (get/put of autotuning results, see compiler/autotune.py) is shared across compiles.
     """
     from compiler import graph as wire
     from compiler.artifact import build_artifact
+    from compiler.autotune import tune_and_build
     from compiler.codegen import generate
     from compiler.lowering import lower
     from compiler.scheduler import schedule
@@ -37,8 +40,10 @@ def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict 
     report("scheduling", 0.25)
     scheduled = schedule(program, options)
     report("codegen", 0.5)
-    generated = generate(scheduled, target, options)
+    generated = generate(scheduled, target)
+    report("autotuning", 0.6)
+    tuned = tune_and_build(generated, scheduled, target, options, tuning_cache)
     report("packaging", 0.9)
-    artifact = build_artifact(graph, target, options, generated)
+    artifact = build_artifact(graph, target, options, tuned)
     report("done", 1.0)
     return artifact

@@ -10,6 +10,7 @@ Layout (every key under the configured prefix, default `fw:`):
     jobs:active             zset key -> submit time, of queued and running jobs
     queues                  set of the Celery queues jobs were sent to
     workers                 zset hostname -> last heartbeat; worker:{hostname} its info
+    tune:{kernel key}       autotuning result of one kernel (chosen candidate, timings), written once
     stats:compiles          compiles started, all time
     stats:compile_seconds:{outcome}   hash: histogram buckets, count, sum
 
@@ -184,6 +185,14 @@ class Store:
         if sha256_hex(blob) != digest:
             raise CorruptArtifact(f"stored artifact {key} fails its digest check (stored digest {digest or 'missing'})")
         return blob, digest
+
+    def get_tuning(self, key: str) -> dict | None:
+        raw = self.redis.get(self.k("tune", key))
+        return json.loads(raw) if raw else None
+
+    def put_tuning(self, key: str, value: dict) -> None:
+        """The first worker to time a kernel decides for everyone (SET NX)."""
+        self.redis.set(self.k("tune", key), json.dumps(value), nx=True)
 
     def artifact_size(self, key: str) -> int:
         """Bytes of a stored bundle; 0 when absent."""

@@ -120,13 +120,26 @@ def _compile(key: str, graph_json: str, target: str, options_json: str, progress
     check_toolchain()
     graph = parse_graph(graph_json)  # stored graphs were validated, but a worker trusts nothing
     options = json.loads(options_json) if options_json else None
-    artifact = compiler.compile(graph, target, options, progress=progress)
+    artifact = compiler.compile(graph, target, options, progress=progress, tuning_cache=StoreTuningCache(store()))
     blob = artifact.to_bytes()
     digest = digest_of(blob)
     manifest = Artifact.from_bytes(blob).manifest  # round-trips: well-formed, nothing missing
     if manifest.get("key") != key:
         raise RuntimeError(f"compiler produced an artifact keyed {manifest.get('key')!r}, the service expects {key}")
     return blob, digest
+
+
+class StoreTuningCache:
+    """compiler.autotune's cache, shared through Redis by every worker: a kernel is tuned once."""
+
+    def __init__(self, db: Store) -> None:
+        self.db = db
+
+    def get(self, key: str) -> dict | None:
+        return self.db.get_tuning(key)
+
+    def put(self, key: str, value: dict) -> None:
+        self.db.put_tuning(key, value)
 
 
 def _report(db: Store, key: str, stage: str, fraction: float) -> None:

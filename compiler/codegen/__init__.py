@@ -1,17 +1,16 @@
 """Stage 4: Triton source for every kernel group, and the launch plan that runs them.
 
-`generate(schedule, target, options)` returns a `Generated`: kernel sources (one file
+`generate(schedule, target)` returns a `Generated`: kernel sources (one file
 per kernel), their launch configs, and the plan (data, not code) that the runtime
 follows: allocate, launch, call extern ATen ops, free, return outputs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from compiler.codegen.heuristics import KernelShape, launch_config
-from compiler.codegen.aot import build_cubins
 from compiler.codegen.group import assemble, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
@@ -40,15 +39,23 @@ class KernelSource:
     origins: list[str]
     cubin: bytes | None = None
     cubin_metadata: dict[str, Any] | None = None
+    tuning: dict[str, Any] | None = None  # autotuning trials, when a GPU timed them
 
 
 @dataclass
 class Generated:
+    """Codegen's output: kernels with heuristic configs and the plan that launches them.
+    Stage 4b (compiler/autotune.py) may change configs, add cubins and rebuild the plan."""
+
     kernels: list[KernelSource]
     plan: dict[str, Any]
     fusion_log: dict[str, Any]
-    autotune_note: str
-    files: dict[str, bytes] = field(default_factory=dict)
+    autotune_note: str = "heuristic launch configs: the cpu target is not tuned"
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        files = {f"kernels/{k.name}.py": k.source.encode() for k in self.kernels}
+        return files | {f"cubins/{k.name}.cubin": k.cubin for k in self.kernels if k.cubin is not None}
 
     def kernel_entries(self) -> list[dict[str, Any]]:
         entries = []
@@ -58,22 +65,17 @@ class Generated:
             if k.cubin is not None:
                 entry["cubin"] = f"cubins/{k.name}.cubin"
                 entry["cubin_metadata"] = k.cubin_metadata
+            if k.tuning is not None:
+                entry["autotune"] = k.tuning
             entries.append(entry)
         return entries
 
 
-def generate(schedule: Schedule, target: str, options: CompileOptions) -> Generated:
-    buffers = schedule.program.buffers
-    dtypes = {name: b.dtype for name, b in buffers.items()}
+def generate(schedule: Schedule, target: str) -> Generated:
+    dtypes = {name: b.dtype for name, b in schedule.program.buffers.items()}
     kernels = [generate_kernel(step, schedule, dtypes, target)
                for step in schedule.steps if isinstance(step, KernelGroup)]
-    if target.startswith("cuda:"):
-        build_cubins(kernels, dtypes, target)
-    plan = build_plan(schedule, {k.name: k for k in kernels})
-    files = {f"kernels/{k.name}.py": k.source.encode() for k in kernels}
-    files |= {f"cubins/{k.name}.cubin": k.cubin for k in kernels if k.cubin is not None}
-    note = "heuristic launch configs: autotuning runs only on GPU workers"
-    return Generated(kernels, plan, schedule.fusion_log, note, files)
+    return Generated(kernels, build_plan(schedule, {k.name: k for k in kernels}), schedule.fusion_log)
 
 
 def is_outer_reduction(group: KernelGroup, read_writes: dict) -> bool:

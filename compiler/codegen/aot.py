@@ -41,7 +41,9 @@ def build_cubins(kernels: list[Any], dtypes: dict[str, str], target: str, timeou
     if not kernels:
         return
     with tempfile.TemporaryDirectory(prefix="fusewire-aot-") as work:
-        job = {"arch": cuda_arch(target), "kernels": [_job_entry(k, dtypes, Path(work)) for k in kernels]}
+        # several builds of one kernel (autotuning candidates) share its name: files get an index
+        job = {"arch": cuda_arch(target),
+               "kernels": [_job_entry(k, dtypes, Path(work), f"{i}_{k.name}") for i, k in enumerate(kernels)]}
         (Path(work) / "job.json").write_text(json.dumps(job))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env["TRITON_CACHE_DIR"] = str(Path(work) / "triton-cache")
@@ -50,18 +52,18 @@ def build_cubins(kernels: list[Any], dtypes: dict[str, str], target: str, timeou
                               cwd=str(Path(__file__).resolve().parents[2]))
         if done.returncode != 0:
             raise AotError(f"building cubins for {target} failed:\n{done.stderr[-4000:]}")
-        for kernel in kernels:
-            kernel.cubin = (Path(work) / f"{kernel.name}.cubin").read_bytes()
-            kernel.cubin_metadata = json.loads((Path(work) / f"{kernel.name}.json").read_text())
+        for i, kernel in enumerate(kernels):
+            kernel.cubin = (Path(work) / f"{i}_{kernel.name}.cubin").read_bytes()
+            kernel.cubin_metadata = json.loads((Path(work) / f"{i}_{kernel.name}.json").read_text())
 
 
-def _job_entry(kernel: Any, dtypes: dict[str, str], work: Path) -> dict[str, Any]:
-    source = work / f"{kernel.name}_src.py"
+def _job_entry(kernel: Any, dtypes: dict[str, str], work: Path, stem: str) -> dict[str, Any]:
+    source = work / f"{stem}_src.py"
     source.write_text(kernel.source)
     signature = {f"ptr_{b}": POINTER_TYPES[dtypes[b]] for b in kernel.arguments}
     constants = {"xnumel": kernel.numel, "rnumel": kernel.rnumel,
                  "XBLOCK": kernel.config["XBLOCK"], "RBLOCK": kernel.config["RBLOCK"]}
-    return {"name": kernel.name, "source": str(source), "signature": signature, "constants": constants,
+    return {"name": kernel.name, "stem": stem, "source": str(source), "signature": signature, "constants": constants,
             "num_warps": kernel.config["num_warps"], "num_stages": kernel.config["num_stages"]}
 
 
@@ -73,7 +75,7 @@ def _compile_job(job_path: str, out_dir: str) -> None:
     job = json.loads(Path(job_path).read_text())
     target = GPUTarget("cuda", job["arch"], 32)
     for entry in job["kernels"]:
-        spec = importlib.util.spec_from_file_location(f"aot_{entry['name']}", entry["source"])
+        spec = importlib.util.spec_from_file_location(f"aot_{entry['stem']}", entry["source"])
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         fn = getattr(module, entry["name"])
@@ -84,8 +86,8 @@ def _compile_job(job_path: str, out_dir: str) -> None:
                                   options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"]})
         metadata = compiled.metadata._asdict()
         metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
-        (Path(out_dir) / f"{entry['name']}.cubin").write_bytes(compiled.asm["cubin"])
-        (Path(out_dir) / f"{entry['name']}.json").write_text(json.dumps(
+        (Path(out_dir) / f"{entry['stem']}.cubin").write_bytes(compiled.asm["cubin"])
+        (Path(out_dir) / f"{entry['stem']}.json").write_text(json.dumps(
             {"metadata": metadata, "signature": signature, "constants": entry["constants"],
              "arg_names": list(fn.arg_names)}, default=str))
 

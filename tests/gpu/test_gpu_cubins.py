@@ -29,7 +29,8 @@ def artifacts() -> dict[str, bytes]:
     """Artifacts built on first use, one graph at a time."""
     class Built(dict):
         def __missing__(self, name: str) -> bytes:
-            self[name] = compiler.compile(load_graph(name), _target()).to_bytes()
+            # heuristic configs here (fast); tests/gpu/test_gpu_autotune.py covers tuned kernels
+            self[name] = compiler.compile(load_graph(name), _target(), {"autotune": False}).to_bytes()
             return self[name]
     return Built()
 

@@ -1,0 +1,183 @@
+"""Stage 4b: launch configs and binaries. For cuda targets, `tune_and_build` times a few
+launch configs per kernel on a GPU worker, keeps the fastest, builds every kernel's cubin and
+rebuilds the launch plan; the cpu target keeps codegen's heuristic configs.
+
+For each kernel a small, fixed list of candidates is built (the heuristic's config first,
+then variants of XBLOCK, RBLOCK and num_warps that keep the generated source valid); every
+candidate's cubin is built ahead of time, launched on random data (two input sets used in
+turn, so caches do not flatter), and timed with CUDA events after a warm-up: the median of
+the repeats counts. The fastest wins; a tie keeps the earlier candidate, so decisions are
+deterministic given the same timings. Results are cached by kernel source + target + the
+candidate list through a `TuningCache` (the worker backs it with Redis), so a kernel shared
+by two graphs, from any team, is tuned once.
+
+Without a GPU, or with `options.autotune` off, the heuristics decide and the manifest says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from dataclasses import replace
+from typing import Any, Callable, Protocol
+
+from compiler.codegen import Generated
+from compiler.codegen.aot import build_cubins
+from compiler.codegen.plan import build_plan
+from compiler.options import CompileOptions
+from compiler.scheduler import Schedule
+
+WARMUP = 3
+REPEATS = 15
+
+
+class TuningCache(Protocol):
+    def get(self, key: str) -> dict | None: ...
+    def put(self, key: str, value: dict) -> None: ...
+
+
+class MemoryTuningCache:
+    """A process-local cache (the worker uses a Redis-backed one)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, dict] = {}
+
+    def get(self, key: str) -> dict | None:
+        return self._entries.get(key)
+
+    def put(self, key: str, value: dict) -> None:
+        self._entries.setdefault(key, value)
+
+
+Timer = Callable[[Any, dict[str, tuple[int, str]]], float]  # (kernel with cubin, buffer sizes) -> ms
+
+
+def tune_and_build(generated: Generated, schedule: Schedule, target: str, options: CompileOptions,
+                   cache: TuningCache | None = None) -> Generated:
+    if not target.startswith("cuda:"):
+        return generated
+    buffers = schedule.program.buffers
+    dtypes = {name: b.dtype for name, b in buffers.items()}
+    sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in buffers.items()}
+    generated.autotune_note = autotune_kernels(generated.kernels, dtypes, sizes, target, options, cache)
+    build_cubins([k for k in generated.kernels if k.cubin is None], dtypes, target)
+    generated.plan = build_plan(schedule, {k.name: k for k in generated.kernels})  # grids follow the configs
+    return generated
+
+
+def candidate_configs(kernel: Any) -> list[dict]:
+    """The heuristic's config, then variants that the kernel's source allows."""
+    base = kernel.config
+    variants: list[dict] = []
+    if base.get("tiled"):
+        variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32))]
+    elif kernel.rnumel == 1:
+        variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
+    elif base["persistent"]:  # RBLOCK must cover the row; rows per program and warps may vary
+        variants = [{"num_warps": w} for w in (4, 8, 16) if w != base["num_warps"]]
+        variants += [{"XBLOCK": base["XBLOCK"] * 2}, {"XBLOCK": max(1, base["XBLOCK"] // 2)}]
+    else:
+        variants = [{"RBLOCK": base["RBLOCK"] * 2}, {"RBLOCK": max(16, base["RBLOCK"] // 2)},
+                    {"num_warps": 16 if base["num_warps"] < 16 else 4}, {"XBLOCK": base["XBLOCK"] * 2}]
+    configs = [dict(base)]
+    for variant in variants:
+        config = base | variant
+        if config not in configs and config["XBLOCK"] <= max(1, _next_power_of_2(kernel.numel)):
+            configs.append(config)
+    return configs
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def tuning_key(kernel: Any, target: str, candidates: list[dict]) -> str:
+    payload = json.dumps({"source": kernel.source, "target": target, "candidates": candidates,
+                          "numel": kernel.numel, "rnumel": kernel.rnumel}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str, tuple[int, str]], target: str,
+                     options: CompileOptions, cache: TuningCache | None, timer: Timer | None = None) -> str:
+    """Picks each kernel's config (and cubin) in place; returns the manifest's autotune note."""
+    if not options.autotune:
+        return "autotuning off (options.autotune=false): heuristic launch configs"
+    timer = timer or _gpu_timer(target)
+    if timer is None:
+        return "no GPU on this worker: heuristic launch configs"
+    cache = cache or MemoryTuningCache()
+    started = time.perf_counter()
+    for i, kernel in enumerate(kernels):
+        if time.perf_counter() - started > options.autotune_budget_s:
+            return f"time budget of {options.autotune_budget_s} s spent after {i} of {len(kernels)} kernels; the rest use heuristics"
+        _tune(kernel, dtypes, sizes, target, cache, timer)
+    return f"autotuned {len(kernels)} kernels on the GPU in {time.perf_counter() - started:.1f} s"
+
+
+def _tune(kernel: Any, dtypes: dict[str, str], sizes: dict[str, tuple[int, str]], target: str,
+          cache: TuningCache, timer: Timer) -> None:
+    candidates = candidate_configs(kernel)
+    key = tuning_key(kernel, target, candidates)
+    known = cache.get(key)
+    trials = [replace(copy.copy(kernel), name=kernel.name, config=config) for config in candidates]
+    if known is not None:
+        chosen = trials[known["chosen"]]
+        build_cubins([chosen], dtypes, target)
+        timings = known["ms"]
+    else:
+        build_cubins(trials, dtypes, target)
+        timings = [timer(trial, sizes) for trial in trials]
+        chosen_index = min(range(len(trials)), key=lambda j: (timings[j], j))
+        cache.put(key, {"chosen": chosen_index, "ms": timings})
+        chosen = trials[chosen_index]
+    kernel.config, kernel.cubin, kernel.cubin_metadata = chosen.config, chosen.cubin, chosen.cubin_metadata
+    kernel.tuning = {"candidates": candidates, "ms": timings, "chosen": candidates.index(chosen.config),
+                     "cached": known is not None}
+
+
+def _gpu_timer(target: str) -> Timer | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    if target != f"cuda:sm_{major}{minor}":
+        return None  # tuning on another arch would measure the wrong chip
+    return time_kernel
+
+
+def time_kernel(kernel: Any, sizes: dict[str, tuple[int, str]]) -> float:
+    """Median ms of the kernel's cubin over REPEATS launches, two input sets in turn."""
+    import torch
+
+    from client.cubin import CubinKernel
+
+    entry = {"name": kernel.name, "cubin_metadata": kernel.cubin_metadata}
+    launcher = CubinKernel(entry, kernel.cubin)
+    sets = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
+    grid = (-(-kernel.numel // kernel.config["XBLOCK"]),
+            -(-kernel.rnumel // kernel.config["RBLOCK"]) if kernel.config.get("tiled") else 1, 1)
+    for i in range(WARMUP):
+        launcher[grid](*sets[i % 2])
+    times = []
+    for i in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launcher[grid](*sets[i % 2])
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _random_buffer(numel: int, dtype: str) -> Any:
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    if torch_dtype.is_floating_point:
+        return torch.randn(max(numel, 1), device="cuda", dtype=torch.float32).to(torch_dtype)
+    return torch.zeros(max(numel, 1), device="cuda", dtype=torch_dtype)  # zeros are valid indices

@@ -1,0 +1,49 @@
+"""On a GPU: autotuned kernels time real candidates, keep the fastest, and still match eager;
+a second compile of the same kernels is answered by the tuning cache.
+
+Skipped without CUDA; run on the device machine: python -m pytest -q tests/gpu
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import compiler
+from client.runtime import load
+from compiler.autotune import MemoryTuningCache
+from compiler.fx_import import from_fx, run_eager
+from tests.compare import assert_close_outputs
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CASES = {
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+                   lambda: [torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16),
+                            torch.randn(1024, device="cuda", dtype=torch.bfloat16),
+                            torch.randn(1024, device="cuda", dtype=torch.bfloat16)]),
+    "transpose_add": (lambda a, b: a.t() + b, lambda: [torch.randn(1024, 768, device="cuda"),
+                                                       torch.randn(768, 1024, device="cuda")]),
+    "column_sum": (lambda a: a.sum(0), lambda: [torch.randn(4096, 512, device="cuda")]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_autotuned_kernels_keep_the_fastest_candidate_and_match_eager(name):
+    fn, make_inputs = CASES[name]
+    inputs = make_inputs()
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    cache = MemoryTuningCache()
+    artifact = compiler.compile(graph, target, tuning_cache=cache)
+    assert artifact.manifest["autotune"].startswith("autotuned")
+    for kernel in artifact.manifest["kernels"]:
+        trials = kernel["autotune"]
+        assert len(trials["ms"]) == len(trials["candidates"]) >= 2 and all(ms > 0 for ms in trials["ms"])
+        assert trials["ms"][trials["chosen"]] == min(trials["ms"])
+        assert kernel["config"] == trials["candidates"][trials["chosen"]]
+    assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs), where=name)
+    again = compiler.compile(graph, target, tuning_cache=cache)
+    assert all(k["autotune"]["cached"] for k in again.manifest["kernels"])
