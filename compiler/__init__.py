@@ -28,6 +28,7 @@ def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict 
     from compiler import graph as wire
     from compiler.artifact import build_artifact
     from compiler.autotune import tune_and_build
+    from compiler.benchmark_fusion import FusionBenchmarker
     from compiler.codegen import generate
     from compiler.lowering import lower
     from compiler.scheduler import schedule
@@ -38,11 +39,12 @@ def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict 
     report("lowering", 0.0)
     program = lower(graph)
     report("scheduling", 0.25)
-    scheduled = schedule(program, options)
+    judge = FusionBenchmarker.for_target(program, target, options)
+    scheduled = schedule(program, options, judge)
     report("codegen", 0.5)
     generated = generate(scheduled, target)
     report("autotuning", 0.6)
-    tuned = tune_and_build(generated, scheduled, target, options, tuning_cache)
+    tuned = tune_and_build(generated, scheduled, target, options, tuning_cache, judge.spent_s if judge else 0.0)
     report("packaging", 0.9)
     artifact = build_artifact(graph, target, options, tuned)
     report("done", 1.0)

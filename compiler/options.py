@@ -12,7 +12,8 @@ class CompileOptions(BaseModel):
     max_fusion_size: int = Field(64, ge=1, le=1024, description="most IR nodes in one kernel")
     autotune: bool = Field(True, description="time kernel configs on a GPU worker")
     benchmark_fusion: bool = Field(True, description="time fused against unfused kernels where the heuristic is unsure")
-    autotune_budget_s: float = Field(10.0, ge=0, le=600, description="time budget for tuning one graph")
+    autotune_budget_s: float = Field(10.0, ge=0, le=600,
+                                     description="seconds of GPU timing per graph, benchmark-driven fusion and autotuning together")
 
 
 class Limits(BaseModel):

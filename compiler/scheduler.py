@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
 from compiler.ir import ComputeNode, ExternNode, Node, Program
@@ -97,7 +98,10 @@ class Schedule:
     fusion_log: dict
 
 
-def schedule(program: Program, options: CompileOptions) -> Schedule:
+def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Schedule:
+    """`judge(first, second, fused, read_writes)`, when given (a GPU worker's
+    compiler.benchmark_fusion.FusionBenchmarker), may overrule a legal fusion: it returns None
+    (no opinion) or (keep, record) after timing the fused kernel against its parts."""
     split_reductions(program)
     inline_gathered_producers(program)
     read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
@@ -105,8 +109,10 @@ def schedule(program: Program, options: CompileOptions) -> Schedule:
     predecessors = node_dependencies(live, read_writes)
     steps: list[Step] = [_single_step(node, program_order(node.name), read_writes) for node in live]
     log = FusionLog()
+    log.benchmark_note = ("uncertain fusions timed on the GPU" if judge is not None
+                          else "the score decided every fusion (no GPU, or benchmark_fusion off)")
     if options.fusion:
-        steps = fuse_nodes(steps, predecessors, read_writes, program, options, log)
+        steps = fuse_nodes(steps, predecessors, read_writes, program, options, log, judge)
     steps = topological_order(steps, predecessors)
     mark_internal_buffers(steps, read_writes, program)
     itemsize = {name: _ITEMSIZE[b.dtype] for name, b in program.buffers.items()}
@@ -198,6 +204,8 @@ class FusionLog:
     def __init__(self) -> None:
         self.fused: list[dict] = []
         self.refused: dict[tuple[str, str], WhyNoFuse] = {}
+        self.benchmarked: list[dict] = []  # fusions decided by timing, with both timings
+        self.benchmark_note = ""
 
     def refuse(self, a: Step, b: Step, reason: str) -> None:
         self.refused[(a.name, b.name)] = WhyNoFuse(a.name, b.name, reason)
@@ -209,6 +217,8 @@ class FusionLog:
             "groups": [{"kernel": s.name, "nodes": s.node_names, "numel": s.numel, "rnumel": s.rnumel}
                        for s in steps if isinstance(s, KernelGroup)],
             "fused": self.fused,
+            "benchmarked": self.benchmarked,
+            "benchmark_note": self.benchmark_note,
             # a pair refused in one round may still end up together through others: keep the informative ones
             "refused": [w.to_json() for w in self.refused.values() if not ({w.node1, w.node2} <= final and
                                                                          _same_group(steps, w.node1, w.node2))],
@@ -220,7 +230,7 @@ def _same_group(steps: list[Step], a: str, b: str) -> bool:
 
 
 def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
-               program: Program, options: CompileOptions, log: FusionLog) -> list[Step]:
+               program: Program, options: CompileOptions, log: FusionLog, judge: Any = None) -> list[Step]:
     for _ in range(MAX_FUSION_ROUNDS):
         candidates = sorted(_candidate_pairs(steps, read_writes),
                             key=lambda pair: score_fusion(pair[0], pair[1], read_writes, program), reverse=True)
@@ -233,6 +243,13 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
             if group is None:
                 log.refuse(first, second, reason)
                 continue
+            verdict = judge(first, second, group, read_writes) if judge is not None else None
+            if verdict is not None:
+                keep, record = verdict
+                log.benchmarked.append(record)
+                if not keep:
+                    log.refuse(first, second, record["reason"])
+                    continue
             log.fused.append({"node1": first.name, "node2": second.name,
                               "bytes_saved": score_fusion(first, second, read_writes, program)[0]})
             steps = [s for s in steps if s is not first and s is not second] + [group]

@@ -73,3 +73,67 @@ def test_without_a_gpu_the_heuristics_decide_and_the_manifest_says_so():
     artifact = compiler.compile(load_graph("softmax_fp32"), TARGET)
     assert "no GPU" in artifact.manifest["autotune"]
     assert all("autotune" not in k for k in artifact.manifest["kernels"])
+
+
+# --- benchmark-driven fusion (compiler/benchmark_fusion.py) ---------------------------------------
+
+def _bench_schedule(fn, inputs, fused_ms, parts_ms):
+    """Schedules fn with a FusionBenchmarker whose 'GPU' answers fused_ms for a fused kernel and
+    parts_ms for each part (a kernel with fewer nodes), so the decision can be checked on CPU."""
+    import torch  # noqa: F401
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.benchmark_fusion import FusionBenchmarker
+    from compiler.fx_import import from_fx
+
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    program = lower(graph)
+    most_nodes = [0]
+
+    def timer(kernel, _sizes):
+        most_nodes[0] = max(most_nodes[0], len(kernel.nodes))
+        return fused_ms if len(kernel.nodes) == most_nodes[0] and len(kernel.nodes) > 1 else parts_ms
+
+    judge = FusionBenchmarker(program, TARGET, CompileOptions(), timer)
+    return schedule(program, CompileOptions(), judge)
+
+
+def test_benchmarking_overturns_a_horizontal_fusion_the_score_would_take():
+    import torch
+
+    def fn(a):
+        return a * 2, a.sum(-1)  # siblings sharing only their input: the score would fuse them
+
+    heuristic = schedule(lower(_trace(fn, torch.randn(8, 300))), CompileOptions())
+    assert len([s for s in heuristic.steps if isinstance(s, KernelGroup)]) == 1
+    scheduled = _bench_schedule(fn, [torch.randn(8, 300)], fused_ms=3.0, parts_ms=1.0)
+    decision = scheduled.fusion_log["benchmarked"][0]
+    assert decision["fused"] is False and decision["fused_ms"] == 3.0 and decision["unfused_ms"] == [1.0, 1.0]
+    assert "horizontal" in decision["why_benchmarked"]
+    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 2
+    assert any("benchmark: fused" in r["reason"] for r in scheduled.fusion_log["refused"])
+
+
+def test_benchmarking_keeps_a_fusion_that_is_faster_and_records_both_timings():
+    import torch
+
+    scheduled = _bench_schedule(lambda a: (a * 2, a.sum(-1)), [torch.randn(8, 300)], fused_ms=1.0, parts_ms=1.0)
+    decision = scheduled.fusion_log["benchmarked"][0]
+    assert decision["fused"] is True and decision["unfused_ms"] == [1.0, 1.0]
+    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 1
+
+
+def test_producer_consumer_fusions_are_left_to_the_score():
+    import torch
+
+    scheduled = _bench_schedule(lambda a: torch.relu(a * 2) + 1, [torch.randn(8, 300)], fused_ms=9.0, parts_ms=1.0)
+    assert scheduled.fusion_log["benchmarked"] == []
+    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 1
+
+
+def _trace(fn, *inputs):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.fx_import import from_fx
+
+    return from_fx(make_fx(fn)(*inputs), list(inputs))

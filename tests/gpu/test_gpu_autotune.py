@@ -47,3 +47,19 @@ def test_autotuned_kernels_keep_the_fastest_candidate_and_match_eager(name):
     assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs), where=name)
     again = compiler.compile(graph, target, tuning_cache=cache)
     assert all(k["autotune"]["cached"] for k in again.manifest["kernels"])
+
+
+def test_uncertain_fusions_are_timed_and_recorded_with_both_timings():
+    fn = lambda a: (a * 2, a.sum(-1))  # noqa: E731  siblings sharing an input: a horizontal fusion
+    inputs = [torch.randn(4096, 2048, device="cuda")]
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    artifact = compiler.compile(graph, target)
+    fusion = artifact.manifest["fusion"]
+    assert fusion["benchmark_note"].startswith("uncertain fusions timed")
+    decision = fusion["benchmarked"][0]
+    assert decision["fused_ms"] > 0 and len(decision["unfused_ms"]) == 2 and all(ms > 0 for ms in decision["unfused_ms"])
+    assert decision["fused"] == (decision["fused_ms"] < sum(decision["unfused_ms"]))
+    kernels = len(artifact.manifest["kernels"])
+    assert kernels == (1 if decision["fused"] else 2)
+    assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs))

@@ -1,0 +1,86 @@
+"""Benchmark-driven fusion, as the seed's speedup_by_fusion: where the scheduler's score is
+not decisive, build the fused kernel and its two parts, time them on the worker's GPU, and
+keep the fusion only if the fused kernel is faster than the parts together.
+
+Not decisive (`uncertain`):
+- a horizontal fusion (neither part reads what the other writes): it saves one read of a shared
+  input but makes one bigger kernel, which can cost registers and parallelism;
+- a looped reduction (a row too long for registers) with a pointwise part that walks the row:
+  the fused kernel may re-read the row in a second loop.
+
+Every decision is recorded with both timings (the manifest's fusion.benchmarked). Decisions
+are deterministic given the timings: fuse iff fused < sum of the parts (strictly).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from compiler.autotune import Timer, _gpu_timer
+from compiler.codegen import generate_kernel
+from compiler.codegen.aot import build_cubins
+from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
+from compiler.dependencies import ReadWrites
+from compiler.ir import Program
+from compiler.options import CompileOptions
+from compiler.scheduler import KernelGroup, Schedule
+
+
+def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_writes: dict[str, ReadWrites]) -> str | None:
+    """Why the score alone should not decide this fusion, or None when it may."""
+    def writes(group):
+        return set().union(*(read_writes[n].write_buffers() for n in group.node_names))
+
+    def reads(group):
+        return set().union(*(read_writes[n].read_buffers() for n in group.node_names))
+
+    if not (writes(first) & reads(second) or writes(second) & reads(first)):
+        return "horizontal fusion: the parts only share inputs"
+    looped = fused.is_reduction and next_power_of_2(fused.rnumel) > GPU_PERSISTENT_LIMIT
+    if looped and any(not n.is_reduction and fused.mapping.uses_rindex(n) for n in fused.nodes):
+        return "looped reduction fused with work over the whole row"
+    return None
+
+
+class FusionBenchmarker:
+    """The `judge` that compiler.scheduler.schedule consults on a GPU worker."""
+
+    def __init__(self, program: Program, target: str, options: CompileOptions, timer: Timer) -> None:
+        self.program, self.target, self.timer = program, target, timer
+        self.budget_s = options.autotune_budget_s
+        self.spent_s = 0.0
+        self.dtypes = {name: b.dtype for name, b in program.buffers.items()}
+        self.sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in program.buffers.items()}
+
+    @classmethod
+    def for_target(cls, program: Program, target: str, options: CompileOptions) -> "FusionBenchmarker | None":
+        timer = _gpu_timer(target) if options.benchmark_fusion and target.startswith("cuda:") else None
+        return cls(program, target, options, timer) if timer is not None else None
+
+    def __call__(self, first: Any, second: Any, fused: KernelGroup,
+                 read_writes: dict[str, ReadWrites]) -> tuple[bool, dict] | None:
+        why = uncertain(first, second, fused, read_writes)
+        if why is None or self.spent_s > self.budget_s:
+            return None
+        started = time.perf_counter()
+        kernels = [self._kernel(group, read_writes) for group in (fused, first, second)]
+        build_cubins(kernels, self.dtypes, self.target)
+        fused_ms, *parts_ms = [self.timer(kernel, self.sizes) for kernel in kernels]
+        self.spent_s += time.perf_counter() - started
+        keep = fused_ms < sum(parts_ms)
+        verdict = "faster" if keep else "not faster"
+        record = {"node1": first.name, "node2": second.name, "why_benchmarked": why, "fused_ms": fused_ms,
+                  "unfused_ms": parts_ms, "fused": keep,
+                  "reason": f"benchmark: fused {fused_ms:.4f} ms is {verdict} than the parts' {sum(parts_ms):.4f} ms"}
+        return keep, record
+
+    def _kernel(self, group: KernelGroup, read_writes: dict[str, ReadWrites]) -> Any:
+        """The group's kernel as codegen would write it (named for the benchmark only)."""
+        written = set().union(*(read_writes[n].write_buffers() for n in group.node_names))
+        needed_outside = {o.buffer.name for o in self.program.outputs} | {
+            b for n, rw in read_writes.items() if n not in group.node_names for b in rw.read_buffers()}
+        internal = written - needed_outside if len(group.nodes) > 1 else set()
+        probe = replace(group, name="benchmarked", internal=internal)
+        return generate_kernel(probe, Schedule(self.program, [probe], read_writes, {}), self.dtypes, self.target)
