@@ -16,7 +16,6 @@ Without a GPU, or with `options.autotune` off, the heuristics decide and the man
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import time
@@ -106,7 +105,7 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
     """Picks each kernel's config (and cubin) in place; returns the manifest's autotune note."""
     if not options.autotune:
         return "autotuning off (options.autotune=false): heuristic launch configs"
-    timer = timer or _gpu_timer(target)
+    timer = timer or gpu_timer(target)
     if timer is None:
         return "no GPU on this worker: heuristic launch configs"
     cache = cache or MemoryTuningCache()
@@ -123,7 +122,7 @@ def _tune(kernel: Any, dtypes: dict[str, str], sizes: dict[str, tuple[int, str]]
     candidates = candidate_configs(kernel)
     key = tuning_key(kernel, target, candidates)
     known = cache.get(key)
-    trials = [replace(copy.copy(kernel), name=kernel.name, config=config) for config in candidates]
+    trials = [replace(kernel, config=config) for config in candidates]
     if known is not None:
         chosen = trials[known["chosen"]]
         build_cubins([chosen], dtypes, target)
@@ -139,7 +138,7 @@ def _tune(kernel: Any, dtypes: dict[str, str], sizes: dict[str, tuple[int, str]]
                      "cached": known is not None}
 
 
-def _gpu_timer(target: str) -> Timer | None:
+def gpu_timer(target: str) -> Timer | None:
     try:
         import torch
     except ImportError:

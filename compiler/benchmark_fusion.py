@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from compiler.autotune import Timer, _gpu_timer
+from compiler.autotune import Timer, gpu_timer
 from compiler.codegen import generate_kernel
 from compiler.codegen.aot import build_cubins
 from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
@@ -56,7 +56,7 @@ class FusionBenchmarker:
 
     @classmethod
     def for_target(cls, program: Program, target: str, options: CompileOptions) -> "FusionBenchmarker | None":
-        timer = _gpu_timer(target) if options.benchmark_fusion and target.startswith("cuda:") else None
+        timer = gpu_timer(target) if options.benchmark_fusion and target.startswith("cuda:") else None
         return cls(program, target, options, timer) if timer is not None else None
 
     def __call__(self, first: Any, second: Any, fused: KernelGroup,
