@@ -25,7 +25,7 @@ from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
 from compiler.dependencies import ReadWrites
 from compiler.ir import Program
 from compiler.options import CompileOptions
-from compiler.scheduler import KernelGroup, Schedule
+from compiler.scheduler import KernelGroup, Schedule, internal_buffers
 
 
 def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_writes: dict[str, ReadWrites]) -> str | None:
@@ -78,9 +78,6 @@ class FusionBenchmarker:
 
     def _kernel(self, group: KernelGroup, read_writes: dict[str, ReadWrites]) -> Any:
         """The group's kernel as codegen would write it (named for the benchmark only)."""
-        written = set().union(*(read_writes[n].write_buffers() for n in group.node_names))
-        needed_outside = {o.buffer.name for o in self.program.outputs} | {
-            b for n, rw in read_writes.items() if n not in group.node_names for b in rw.read_buffers()}
-        internal = written - needed_outside if len(group.nodes) > 1 else set()
+        internal = internal_buffers(group.node_names, read_writes, self.program) if len(group.nodes) > 1 else set()
         probe = replace(group, name="benchmarked", internal=internal)
         return generate_kernel(probe, Schedule(self.program, [probe], read_writes, {}), self.dtypes, self.target)

@@ -123,6 +123,18 @@ def _to_arg(value: Any, owner: torch.fx.Node, refs: dict[torch.fx.Node, Ref]) ->
         return refs[value]
     if isinstance(value, (list, tuple)):
         return [_to_arg(v, owner, refs) for v in value]
+    if isinstance(value, torch.Tensor):
+        raise ConversionError(f"node '{owner.name}' takes a constant tensor of shape {list(value.shape)} as an argument; "
+                              "wire format v1 has no constants: pass it as an input")
+    try:
+        return scalar_arg(value)
+    except TypeError:
+        raise ConversionError(f"node '{owner.name}' has an argument of type {type(value).__name__} ({value!r}) "
+                              "that wire format v1 cannot express") from None
+
+
+def scalar_arg(value: Any) -> Any:
+    """A non-tensor argument in wire form: numbers, strings, None, dtype/device/layout/memory_format."""
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -139,10 +151,7 @@ def _to_arg(value: Any, owner: torch.fx.Node, refs: dict[torch.fx.Node, Ref]) ->
         return LayoutArg(layout=str(value).removeprefix("torch."))
     if isinstance(value, torch.memory_format):
         return MemoryFormatArg(memory_format=str(value).removeprefix("torch."))
-    if isinstance(value, torch.Tensor):
-        raise ConversionError(f"node '{owner.name}' takes a constant tensor of shape {list(value.shape)} as an argument; "
-                              "wire format v1 has no constants: pass it as an input")
-    raise ConversionError(f"node '{owner.name}' has an argument of type {type(value).__name__} ({value!r}) that wire format v1 cannot express")
+    raise TypeError(f"{type(value).__name__} ({value!r}) has no wire form")
 
 
 # ---------------------------------------------------------------------------------

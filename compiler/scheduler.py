@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
+from compiler.graph import DTYPES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.options import CompileOptions
@@ -25,8 +26,6 @@ from compiler.inline_gathers import inline_gathered_producers
 from compiler.split_reductions import split_reductions
 from compiler.tiling import choose_tiling
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2,
-             "int8": 1, "uint8": 1, "bool": 1}
 MAX_FUSION_ROUNDS = 10
 
 
@@ -106,6 +105,7 @@ def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Sc
     inline_gathered_producers(program)
     read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
     live = eliminate_dead_nodes(program, read_writes)
+    read_writes = {node.name: read_writes[node.name] for node in live}  # dead nodes read nothing any more
     predecessors = node_dependencies(live, read_writes)
     steps: list[Step] = [_single_step(node, program_order(node.name), read_writes) for node in live]
     log = FusionLog()
@@ -115,7 +115,7 @@ def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Sc
         steps = fuse_nodes(steps, predecessors, read_writes, program, options, log, judge)
     steps = topological_order(steps, predecessors)
     mark_internal_buffers(steps, read_writes, program)
-    itemsize = {name: _ITEMSIZE[b.dtype] for name, b in program.buffers.items()}
+    itemsize = {name: DTYPES[b.dtype] for name, b in program.buffers.items()}
     for step in steps:
         if isinstance(step, KernelGroup):
             tiled = choose_tiling(step.nodes, step.mapping, read_writes, itemsize)
@@ -335,20 +335,21 @@ def score_fusion(first: Step, second: Step, read_writes: dict[str, ReadWrites], 
         return names
 
     shared = buffers(first) & buffers(second)
-    saved = sum(program.buffers[b].layout.numel * _ITEMSIZE[program.buffers[b].dtype] for b in shared)
+    saved = sum(program.buffers[b].layout.numel * DTYPES[program.buffers[b].dtype] for b in shared)
     distance = abs(second.order - first.last)
     return saved, -distance
 
 
 def mark_internal_buffers(steps: list[Step], read_writes: dict[str, ReadWrites], program: Program) -> None:
-    """Buffers a group writes that no other step and no output reads stay in registers."""
-    outputs = {o.buffer.name for o in program.outputs} | {b.name for b in program.inputs}
-    readers: dict[str, set[int]] = {}
-    for i, step in enumerate(steps):
-        for name in step.node_names:
-            for buffer in read_writes[name].read_buffers():
-                readers.setdefault(buffer, set()).add(i)
-    for i, step in enumerate(steps):
+    for step in steps:
         if isinstance(step, KernelGroup) and len(step.nodes) > 1:
-            written = set().union(*(read_writes[n].write_buffers() for n in step.node_names))
-            step.internal = {b for b in written if b not in outputs and readers.get(b, set()) <= {i}}
+            step.internal = internal_buffers(step.node_names, read_writes, program)
+
+
+def internal_buffers(node_names: list[str], read_writes: dict[str, ReadWrites], program: Program) -> set[str]:
+    """Buffers these nodes write that no other node, no output and no caller sees: they stay in registers."""
+    inside = set(node_names)
+    visible = {o.buffer.name for o in program.outputs} | {b.name for b in program.inputs}
+    visible |= {b for n, rw in read_writes.items() if n not in inside for b in rw.read_buffers()}
+    written = set().union(*(read_writes[n].write_buffers() for n in node_names))
+    return written - visible

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from compiler.graph import DTYPES
 from compiler.ir import ExternNode, TensorArg
 from compiler.scheduler import KernelGroup, Schedule
 
@@ -79,9 +80,7 @@ def _mark_kept(steps: list[dict[str, Any]]) -> None:
 def peak_bytes(plan: dict[str, Any]) -> int:
     """Most bytes the plan's own allocations hold at once (inputs and extern results excluded)."""
     live = peak = 0
-    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2,
-                "int8": 1, "uint8": 1, "bool": 1}
-    size = {name: meta["numel"] * itemsize[meta["dtype"]] for name, meta in plan["buffers"].items()}
+    size = {name: meta["numel"] * DTYPES[meta["dtype"]] for name, meta in plan["buffers"].items()}
     for step in plan["steps"]:
         if step["op"] == "alloc" and "reuse" not in step:
             live += size[step["buffer"]]
@@ -112,28 +111,16 @@ def _extern_step(node: ExternNode) -> dict[str, Any]:
 
 
 def _extern_arg(value: Any) -> Any:
+    """An extern call's argument as plan data: tensor views, else the wire format's encoding."""
     if isinstance(value, TensorArg):
         return {"tensor": value.to_json()}
     if isinstance(value, (list, tuple)):
         return [_extern_arg(v) for v in value]
-    if isinstance(value, float) and value != value:
-        return {"float": "nan"}
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return {"float": "inf" if value > 0 else "-inf"}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return _special(value)
-
-
-def _special(value: Any) -> dict[str, str]:
     import torch
 
-    if isinstance(value, torch.dtype):
-        return {"dtype": str(value).removeprefix("torch.")}
+    from compiler.fx_import import scalar_arg
+
     if isinstance(value, torch.device):
-        return {"device": "target"}
-    if isinstance(value, torch.layout):
-        return {"layout": str(value).removeprefix("torch.")}
-    if isinstance(value, torch.memory_format):
-        return {"memory_format": str(value).removeprefix("torch.")}
-    raise TypeError(f"extern argument {value!r} cannot go into a plan")
+        return {"device": "target"}  # lowering saw a meta device; the runtime uses the inputs' device
+    encoded = scalar_arg(value)
+    return encoded.model_dump() if hasattr(encoded, "model_dump") else encoded
