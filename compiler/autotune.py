@@ -19,12 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
 from compiler.codegen import Generated
 from compiler.codegen.aot import build_cubins
-from compiler.codegen.plan import build_plan
+from compiler.codegen.plan import build_plan, launch_grid
 from compiler.options import CompileOptions
 from compiler.scheduler import Schedule
 
@@ -73,7 +73,10 @@ def candidate_configs(kernel: Any) -> list[dict]:
     base = kernel.config
     variants: list[dict] = []
     if base.get("tiled"):
-        variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32))]
+        variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32))] + [{"num_warps": 8}]
+    elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
+        variants = [{"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
+                    {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}]
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
     elif base["persistent"]:  # RBLOCK must cover the row; rows per program and warps may vary
@@ -100,9 +103,27 @@ def tuning_key(kernel: Any, target: str, candidates: list[dict]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+@dataclass
+class _Tuning:
+    """One kernel's candidates, its cache entry (if any) and one trial kernel per candidate."""
+
+    kernel: Any
+    candidates: list[dict]
+    key: str
+    known: dict | None
+    trials: list[Any]
+
+    def to_build(self) -> list[Any]:
+        return [self.trials[self.known["chosen"]]] if self.known is not None else self.trials
+
+
 def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str, tuple[int, str]], target: str,
                      options: CompileOptions, cache: TuningCache | None, timer: Timer | None = None) -> str:
-    """Picks each kernel's config (and cubin) in place; returns the manifest's autotune note."""
+    """Picks each kernel's config (and cubin) in place; returns the manifest's autotune note.
+
+    Every candidate of every kernel is built in one parallel batch, then timed kernel by kernel
+    until the budget is spent; a kernel the budget did not reach keeps its heuristic config
+    (or its cached choice, which needs no timing)."""
     if not options.autotune:
         return "autotuning off (options.autotune=false): heuristic launch configs"
     timer = timer or gpu_timer(target)
@@ -110,32 +131,43 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
         return "no GPU on this worker: heuristic launch configs"
     cache = cache or MemoryTuningCache()
     started = time.perf_counter()
-    for i, kernel in enumerate(kernels):
-        if time.perf_counter() - started > options.autotune_budget_s:
-            return f"time budget of {options.autotune_budget_s} s spent after {i} of {len(kernels)} kernels; the rest use heuristics"
-        _tune(kernel, dtypes, sizes, target, cache, timer)
-    return f"autotuned {len(kernels)} kernels on the GPU in {time.perf_counter() - started:.1f} s"
+    tunings = [_plan(kernel, target, cache) for kernel in kernels]
+    build_cubins([trial for t in tunings for trial in t.to_build()], dtypes, target)
+    untimed = 0
+    for tuning in tunings:
+        if tuning.known is None and time.perf_counter() - started > options.autotune_budget_s:
+            _adopt(tuning.kernel, tuning.trials[0])
+            untimed += 1
+            continue
+        _decide(tuning, sizes, cache, timer)
+    took = time.perf_counter() - started
+    if untimed:
+        return (f"time budget of {options.autotune_budget_s} s spent: {len(kernels) - untimed} of {len(kernels)} "
+                f"kernels tuned in {took:.1f} s, the rest use heuristics")
+    return f"autotuned {len(kernels)} kernels on the GPU in {took:.1f} s"
 
 
-def _tune(kernel: Any, dtypes: dict[str, str], sizes: dict[str, tuple[int, str]], target: str,
-          cache: TuningCache, timer: Timer) -> None:
+def _plan(kernel: Any, target: str, cache: TuningCache) -> _Tuning:
     candidates = candidate_configs(kernel)
     key = tuning_key(kernel, target, candidates)
-    known = cache.get(key)
     trials = [replace(kernel, config=config) for config in candidates]
-    if known is not None:
-        chosen = trials[known["chosen"]]
-        build_cubins([chosen], dtypes, target)
-        timings = known["ms"]
+    return _Tuning(kernel, candidates, key, cache.get(key), trials)
+
+
+def _decide(tuning: _Tuning, sizes: dict[str, tuple[int, str]], cache: TuningCache, timer: Timer) -> None:
+    if tuning.known is not None:
+        chosen, timings = tuning.known["chosen"], tuning.known["ms"]
     else:
-        build_cubins(trials, dtypes, target)
-        timings = [timer(trial, sizes) for trial in trials]
-        chosen_index = min(range(len(trials)), key=lambda j: (timings[j], j))
-        cache.put(key, {"chosen": chosen_index, "ms": timings})
-        chosen = trials[chosen_index]
-    kernel.config, kernel.cubin, kernel.cubin_metadata = chosen.config, chosen.cubin, chosen.cubin_metadata
-    kernel.tuning = {"candidates": candidates, "ms": timings, "chosen": candidates.index(chosen.config),
-                     "cached": known is not None}
+        timings = [timer(trial, sizes) for trial in tuning.trials]
+        chosen = min(range(len(timings)), key=lambda j: (timings[j], j))  # a tie keeps the earlier candidate
+        cache.put(tuning.key, {"chosen": chosen, "ms": timings})
+    _adopt(tuning.kernel, tuning.trials[chosen])
+    tuning.kernel.tuning = {"candidates": tuning.candidates, "ms": timings, "chosen": chosen,
+                            "cached": tuning.known is not None}
+
+
+def _adopt(kernel: Any, trial: Any) -> None:
+    kernel.config, kernel.cubin, kernel.cubin_metadata = trial.config, trial.cubin, trial.cubin_metadata
 
 
 def gpu_timer(target: str) -> Timer | None:
@@ -160,8 +192,7 @@ def time_kernel(kernel: Any, sizes: dict[str, tuple[int, str]]) -> float:
     entry = {"name": kernel.name, "cubin_metadata": kernel.cubin_metadata}
     launcher = CubinKernel(entry, kernel.cubin)
     sets = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
-    grid = (-(-kernel.numel // kernel.config["XBLOCK"]),
-            -(-kernel.rnumel // kernel.config["RBLOCK"]) if kernel.config.get("tiled") else 1, 1)
+    grid = tuple(launch_grid(kernel.numel, kernel.rnumel, kernel.config))
     for i in range(WARMUP):
         launcher[grid](*sets[i % 2])
     times = []

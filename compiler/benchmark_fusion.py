@@ -51,8 +51,6 @@ class FusionBenchmarker:
         self.program, self.target, self.timer = program, target, timer
         self.budget_s = options.autotune_budget_s
         self.spent_s = 0.0
-        self.dtypes = {name: b.dtype for name, b in program.buffers.items()}
-        self.sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in program.buffers.items()}
 
     @classmethod
     def for_target(cls, program: Program, target: str, options: CompileOptions) -> "FusionBenchmarker | None":
@@ -65,9 +63,12 @@ class FusionBenchmarker:
         if why is None or self.spent_s > self.budget_s:
             return None
         started = time.perf_counter()
-        kernels = [self._kernel(group, read_writes) for group in (fused, first, second)]
-        build_cubins(kernels, self.dtypes, self.target)
-        fused_ms, *parts_ms = [self.timer(kernel, self.sizes) for kernel in kernels]
+        buffers = self.program.buffers  # read now: scheduling added buffers (split reductions)
+        dtypes = {name: b.dtype for name, b in buffers.items()}
+        sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in buffers.items()}
+        kernels = [self._kernel(group, read_writes, dtypes) for group in (fused, first, second)]
+        build_cubins(kernels, dtypes, self.target)
+        fused_ms, *parts_ms = [self.timer(kernel, sizes) for kernel in kernels]
         self.spent_s += time.perf_counter() - started
         keep = fused_ms < sum(parts_ms)
         verdict = "faster" if keep else "not faster"
@@ -76,8 +77,8 @@ class FusionBenchmarker:
                   "reason": f"benchmark: fused {fused_ms:.4f} ms is {verdict} than the parts' {sum(parts_ms):.4f} ms"}
         return keep, record
 
-    def _kernel(self, group: KernelGroup, read_writes: dict[str, ReadWrites]) -> Any:
+    def _kernel(self, group: KernelGroup, read_writes: dict[str, ReadWrites], dtypes: dict[str, str]) -> Any:
         """The group's kernel as codegen would write it (named for the benchmark only)."""
         internal = internal_buffers(group.node_names, read_writes, self.program) if len(group.nodes) > 1 else set()
         probe = replace(group, name="benchmarked", internal=internal)
-        return generate_kernel(probe, Schedule(self.program, [probe], read_writes, {}), self.dtypes, self.target)
+        return generate_kernel(probe, Schedule(self.program, [probe], read_writes, {}), dtypes, self.target)

@@ -153,20 +153,45 @@ def simplify_index(expr: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
             return e
         e = e.func(*[rewrite(a) for a in e.args])
         if isinstance(e, FloorDiv):
+            steps = _whole_steps(e.args[0], int(e.args[1]), bounds)
+            if steps is not None:  # (r + c*q) // d with 0 <= r < c and c | d is q // (d/c)
+                return rewrite(FloorDiv(steps[1], int(e.args[1]) // steps[0]))
             bound = upper_bound(e.args[0], bounds)
             if bound is not None and bound < int(e.args[1]) and _non_negative(e.args[0]):
                 return sympy.Integer(0)
         if isinstance(e, ModularIndexing):
             base, divisor, modulus = e.args
+            steps = _whole_steps(base, int(divisor), bounds)
+            if steps is not None:  # ((r + c*q) // d) % m with 0 <= r < c and c | d is (q // (d/c)) % m
+                return rewrite(ModularIndexing(steps[1], int(divisor) // steps[0], modulus))
             bound = upper_bound(base, bounds)
             if bound is not None and _non_negative(base) and bound // int(divisor) < int(modulus):
                 simpler = FloorDiv(base, divisor)
                 return rewrite(simpler) if simpler != e else simpler  # its evaluation may expose more
         if isinstance(e, sympy.Add):
-            return _recombine(e)
+            joined = _recombine(e)
+            return rewrite(joined) if joined != e else e  # a joined division may now be trivial
         return e
 
     return rewrite(sympy.expand(expr))
+
+
+def _whole_steps(base: Expr, divisor: int, bounds: dict[sympy.Symbol, int]) -> tuple[int, Expr] | None:
+    """(c, q) with base = r + c*q, c dividing `divisor`, c > 1 and 0 <= r < c by the symbols'
+    ranges (the largest such c), else None."""
+    terms = sympy.Add.make_args(base)
+    if len(terms) < 2 or not _non_negative(base):
+        return None
+    steps = sorted({int(t.as_coeff_Mul()[0]) for t in terms if t.as_coeff_Mul()[0].is_Integer}, reverse=True)
+    for step in steps:
+        if step <= 1 or divisor % step:
+            continue
+        exact = [t for t in terms if _is_multiple(t, step)]
+        rest = sympy.Add(*[t for t in terms if not _is_multiple(t, step)])
+        bound = upper_bound(rest, bounds)
+        if rest != 0 and bound is not None and bound < step:
+            return step, sympy.expand(sympy.Add(*exact) / step)
+    return None
 
 
 def _non_negative(expr: Expr) -> bool:
@@ -174,18 +199,33 @@ def _non_negative(expr: Expr) -> bool:
 
 
 def _recombine(expr: sympy.Add) -> Expr:
-    """c * (e // c) + (e % c) -> e  (the inverse of unflatten for two levels)."""
+    """Joins the per-dimension pieces of one flat index back together (the inverse of unflatten):
+    k*((e//d) % s1) + k*s1*((e//(d*s1)) % s2) -> k*((e//d) % (s1*s2)), and
+    k*((e//d) % s1) + k*s1*(e//(d*s1))        -> k*(e//d), which is k*e when d is 1."""
     terms = list(expr.args)
+    while (joined := _join_one_pair(terms)) is not None:
+        terms = joined
+    return sympy.Add(*terms)
+
+
+def _join_one_pair(terms: list[Expr]) -> list[Expr] | None:
     for i, term in enumerate(terms):
-        coefficient, rest = term.as_coeff_Mul()
-        if isinstance(rest, FloorDiv) and rest.args[1] == coefficient:
-            base = rest.args[0]
-            partner = ModularIndexing(base, 1, coefficient)
-            for j, other in enumerate(terms):
-                if j != i and other == partner:
-                    remaining = [t for k, t in enumerate(terms) if k not in (i, j)]
-                    return sympy.Add(base, *remaining)
-    return expr
+        k, low = term.as_coeff_Mul()
+        if not isinstance(low, ModularIndexing):
+            continue
+        base, divisor, size = low.args
+        for j, other in enumerate(terms):
+            coefficient, high = other.as_coeff_Mul()
+            if j == i or coefficient != k * size or not high.args or high.args[0] != base:
+                continue
+            if isinstance(high, ModularIndexing) and high.args[1] == divisor * size:
+                merged = k * ModularIndexing(base, divisor, size * high.args[2])
+            elif isinstance(high, FloorDiv) and high.args[1] == divisor * size:
+                merged = k * FloorDiv(base, divisor)
+            else:
+                continue
+            return [t for n, t in enumerate(terms) if n not in (i, j)] + [merged]
+    return None
 
 
 def affine_coefficients(expr: Expr, symbols: list[sympy.Symbol]) -> tuple[dict[sympy.Symbol, int], int] | None:

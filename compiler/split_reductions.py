@@ -83,6 +83,8 @@ def _split(program: Program, node: ComputeNode, factor: int) -> list[ComputeNode
 
     def partial_body(ops, index, rindex):
         flat = index[0] * chunk + rindex[0]
+        if chunk * factor == total:  # the chunks tile the row exactly: no element past its end
+            return original_body(ops, index[1:], unflatten(flat, reduction_ranges))
         inside = ops.lt(ops.index_expr(flat, "int64"), ops.constant(total, "int64"))
         return ops.masked(inside, lambda: original_body(ops, index[1:], unflatten(flat, reduction_ranges)),
                           IDENTITY[kind])

@@ -137,3 +137,14 @@ def _trace(fn, *inputs):
     from compiler.fx_import import from_fx
 
     return from_fx(make_fx(fn)(*inputs), list(inputs))
+
+
+def test_benchmarked_fusions_may_involve_buffers_that_split_reductions_added():
+    import torch
+
+    # a sum over 4 rows of 65536 is split into partial sums (new buffers, added while scheduling)
+    scheduled = _bench_schedule(lambda a: (a.sum(-1), a * 2), [torch.randn(4, 65536)], fused_ms=1.0, parts_ms=1.0)
+    split_buffers = [name for name in scheduled.program.buffers if name.endswith("_split")]
+    assert split_buffers
+    decisions = scheduled.fusion_log["benchmarked"]
+    assert decisions and all(d["fused_ms"] == 1.0 for d in decisions)

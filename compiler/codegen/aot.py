@@ -1,30 +1,48 @@
 """Ahead-of-time cubins: compiles generated Triton kernels for a CUDA arch on a machine
 that may have no GPU (Triton ships ptxas; it needs no driver to compile).
 
-The build runs in a child process with Triton's interpreter switched off, because a
-process that imported Triton in interpreter mode (CI, CPU workers) cannot compile.
+Builds run in long-lived child processes ("build servers") with Triton's interpreter
+switched off, because a process that imported Triton in interpreter mode (CI, CPU workers)
+cannot compile. A pool of them builds one batch's kernels in parallel (autotuning
+candidates, benchmark-driven fusion's fused kernel and parts) and stays up between
+batches, so a worker pays Python and Triton start-up once per server, not once per build.
+Plain subprocesses rather than multiprocessing: Celery's prefork children are daemonic and
+may not start multiprocessing children.
+
 Pointer arguments are compiled as 16-byte aligned; the runtime copies any argument that
 is not (see client/cubin.py).
 
-    python -m compiler.codegen.aot job.json out_dir     (what build_cubins runs)
+    python -m compiler.codegen.aot --serve     (what the pool runs: one JSON line in, one out, per kernel)
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.util
 import json
 import os
+import queue
+import select
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, IO
 
 POINTER_TYPES = {
     "float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "float64": "*fp64", "int64": "*i64",
     "int32": "*i32", "int16": "*i16", "int8": "*i8", "uint8": "*u8", "bool": "*i1",
 }
 CONSTEXPRS = ("xnumel", "rnumel", "XBLOCK", "RBLOCK")
+BUILD_PROCESSES_ENV = "FUSEWIRE_BUILD_PROCESSES"  # how many build servers (default: cores, at most 8)
+BUILDS_PER_SERVER = 500  # then the server is replaced, so a long-lived worker does not grow
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class AotError(RuntimeError):
@@ -37,21 +55,14 @@ def cuda_arch(target: str) -> int:
 
 
 def build_cubins(kernels: list[Any], dtypes: dict[str, str], target: str, timeout_s: float = 600) -> None:
-    """Fills `cubin` and `cubin_metadata` of every KernelSource in place."""
+    """Fills `cubin` and `cubin_metadata` of every KernelSource in place, building in parallel."""
     if not kernels:
         return
     with tempfile.TemporaryDirectory(prefix="fusewire-aot-") as work:
         # several builds of one kernel (autotuning candidates) share its name: files get an index
-        job = {"arch": cuda_arch(target),
-               "kernels": [_job_entry(k, dtypes, Path(work), f"{i}_{k.name}") for i, k in enumerate(kernels)]}
-        (Path(work) / "job.json").write_text(json.dumps(job))
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        env["TRITON_CACHE_DIR"] = str(Path(work) / "triton-cache")
-        done = subprocess.run([sys.executable, "-m", "compiler.codegen.aot", str(Path(work) / "job.json"), work],
-                              env=env, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=str(Path(__file__).resolve().parents[2]))
-        if done.returncode != 0:
-            raise AotError(f"building cubins for {target} failed:\n{done.stderr[-4000:]}")
+        entries = [_job_entry(k, dtypes, Path(work), f"{i}_{k.name}") | {"arch": cuda_arch(target), "out_dir": work}
+                   for i, k in enumerate(kernels)]
+        build_pool().build_all(entries, time.monotonic() + timeout_s)
         for i, kernel in enumerate(kernels):
             kernel.cubin = (Path(work) / f"{i}_{kernel.name}.cubin").read_bytes()
             kernel.cubin_metadata = json.loads((Path(work) / f"{i}_{kernel.name}.json").read_text())
@@ -67,30 +78,159 @@ def _job_entry(kernel: Any, dtypes: dict[str, str], work: Path, stem: str) -> di
             "num_warps": kernel.config["num_warps"], "num_stages": kernel.config["num_stages"]}
 
 
-def _compile_job(job_path: str, out_dir: str) -> None:
+class BuildServer:
+    """One child process that builds kernels on request, with the interpreter off."""
+
+    def __init__(self, triton_cache: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": triton_cache}
+        self.log: IO[bytes] = tempfile.TemporaryFile(prefix="fusewire-aot-log-")
+        self.process = subprocess.Popen([sys.executable, "-m", "compiler.codegen.aot", "--serve"], env=env,
+                                        cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.log)
+        self.builds = 0
+
+    def build(self, entry: dict[str, Any], deadline: float) -> None:
+        self.builds += 1
+        try:
+            self.process.stdin.write(json.dumps(entry).encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError:
+            raise AotError(f"the build process exited before building {entry['name']}:\n{self._log_tail()}") from None
+        ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise AotError(f"building {entry['name']} took longer than its deadline")
+        line = self.process.stdout.readline()
+        if not line:
+            raise AotError(f"the build process exited while building {entry['name']}:\n{self._log_tail()}")
+        reply = json.loads(line)
+        if not reply["ok"]:
+            raise AotError(f"building {entry['name']} failed:\n{reply['error']}")
+
+    def _log_tail(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-4000:]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout, self.log):
+            with contextlib.suppress(OSError):  # unsent bytes to a dead process
+                pipe.close()
+
+
+class BuildPool:
+    """Up to `size` build servers, started on demand and kept for later batches."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.triton_cache = tempfile.mkdtemp(prefix="fusewire-triton-")
+        self._idle: queue.Queue[BuildServer] = queue.Queue()
+        self._started = 0
+        self._lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="fusewire-aot")
+
+    def build_all(self, entries: list[dict[str, Any]], deadline: float) -> None:
+        futures = [self._threads.submit(self._build_one, entry, deadline) for entry in entries]
+        failures = [f.exception() for f in futures if f.exception() is not None]
+        if failures:
+            raise failures[0]
+
+    def _build_one(self, entry: dict[str, Any], deadline: float) -> None:
+        server = self._take()
+        try:
+            server.build(entry, deadline)
+        except BaseException:
+            self._retire(server)  # a timed-out or broken server is not reused
+            raise
+        if server.builds >= BUILDS_PER_SERVER:
+            self._retire(server)
+        else:
+            self._idle.put(server)
+
+    def _take(self) -> BuildServer:
+        while True:
+            with self._lock:
+                start = self._idle.empty() and self._started < self.size
+                self._started += start
+            if start:
+                return self._start_server()
+            try:
+                return self._idle.get(timeout=0.1)  # polled: a retired server frees a slot, not the queue
+            except queue.Empty:
+                continue
+
+    def _start_server(self) -> BuildServer:
+        try:
+            return BuildServer(self.triton_cache)
+        except BaseException:
+            with self._lock:
+                self._started -= 1
+            raise
+
+    def _retire(self, server: BuildServer) -> None:
+        server.close()
+        with self._lock:
+            self._started -= 1
+
+    def close(self) -> None:
+        while not self._idle.empty():
+            self._idle.get_nowait().close()
+        self._threads.shutdown(wait=False)
+        shutil.rmtree(self.triton_cache, ignore_errors=True)
+
+
+_pool: BuildPool | None = None
+_pool_lock = threading.Lock()
+
+
+def build_pool() -> BuildPool:
+    """The process's pool, created on first use and closed at exit."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            size = int(os.environ.get(BUILD_PROCESSES_ENV) or min(8, os.cpu_count() or 1))
+            _pool = BuildPool(max(1, size))
+            atexit.register(_pool.close)
+        return _pool
+
+
+def _compile_entry(entry: dict[str, Any]) -> None:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    job = json.loads(Path(job_path).read_text())
-    target = GPUTarget("cuda", job["arch"], 32)
-    for entry in job["kernels"]:
-        spec = importlib.util.spec_from_file_location(f"aot_{entry['stem']}", entry["source"])
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        fn = getattr(module, entry["name"])
-        signature = dict(entry["signature"]) | {name: "constexpr" for name in CONSTEXPRS}
-        attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(entry["signature"]))}
-        source = ASTSource(fn, signature, constexprs=entry["constants"], attrs=attrs)
-        compiled = triton.compile(source, target=target,
-                                  options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"]})
-        metadata = compiled.metadata._asdict()
-        metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
-        (Path(out_dir) / f"{entry['stem']}.cubin").write_bytes(compiled.asm["cubin"])
-        (Path(out_dir) / f"{entry['stem']}.json").write_text(json.dumps(
-            {"metadata": metadata, "signature": signature, "constants": entry["constants"],
-             "arg_names": list(fn.arg_names)}, default=str))
+    target = GPUTarget("cuda", entry["arch"], 32)
+    spec = importlib.util.spec_from_file_location(f"aot_{entry['stem']}", entry["source"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, entry["name"])
+    signature = dict(entry["signature"]) | {name: "constexpr" for name in CONSTEXPRS}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(entry["signature"]))}
+    source = ASTSource(fn, signature, constexprs=entry["constants"], attrs=attrs)
+    compiled = triton.compile(source, target=target,
+                              options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"]})
+    metadata = compiled.metadata._asdict()
+    metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
+    out = Path(entry["out_dir"])
+    (out / f"{entry['stem']}.cubin").write_bytes(compiled.asm["cubin"])
+    (out / f"{entry['stem']}.json").write_text(json.dumps(
+        {"metadata": metadata, "signature": signature, "constants": entry["constants"],
+         "arg_names": list(fn.arg_names)}, default=str))
 
 
-if __name__ == "__main__":
-    _compile_job(sys.argv[1], sys.argv[2])
+def serve() -> None:
+    """The build server's loop: one JSON entry per line in, one JSON reply per line out."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever Triton or ptxas prints must not corrupt the replies
+    while line := sys.stdin.readline():
+        try:
+            _compile_entry(json.loads(line))
+            reply: dict[str, Any] = {"ok": True}
+        except Exception:  # reported to the parent, which raises AotError naming the kernel
+            reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
+        replies.write(json.dumps(reply) + "\n")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
+    serve()

@@ -69,5 +69,5 @@ def _outer_config(shape: KernelShape) -> dict:
     # 32 columns x 64 rows per step measured best for a column sum of 8192x4096 fp32 on an H200
     xblock = min(next_power_of_2(shape.numel), 32)
     if next_power_of_2(shape.rnumel) <= 64:
-        return _config(xblock, next_power_of_2(shape.rnumel), 4, True)
-    return _config(xblock, 64, 4, False)
+        return _config(xblock, next_power_of_2(shape.rnumel), 4, True) | {"outer": True}
+    return _config(xblock, 64, 4, False) | {"outer": True}

@@ -22,7 +22,7 @@ from compiler.codegen.triton_ops import CodegenError, TritonMathOps
 from compiler.codegen.values import TL_DTYPES, Var, is_float, literal, promote
 from compiler.indexing import RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index
 
-__all__ = ["KernelWriter", "Section", "StoreLine", "CodegenError"]
+__all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError"]
 
 
 @dataclass
@@ -34,11 +34,20 @@ class StoreLine:
 
 
 @dataclass
+class LoadLine:
+    """A load, kept as data until the kernel knows its cache policy (see group.eviction_policy)."""
+
+    buffer: str
+    text: str  # "var = tl.load(...": the closing parenthesis comes with the policy
+    row_invariant: bool  # the same elements for every row (a weight, a bias): worth keeping in L2
+
+
+@dataclass
 class Section:
     kind: str  # "x" or "r"
     shape: str
     mask: str
-    lines: list[str | StoreLine] = field(default_factory=list)
+    lines: list[str | StoreLine | LoadLine] = field(default_factory=list)
     cache: dict[str, Var] = field(default_factory=dict)
 
 
@@ -134,10 +143,21 @@ class KernelWriter(TritonMathOps):
         if buffer in self.group_writes:
             self.missed_loads.add(buffer)
         dtype = self.buffer_dtypes[buffer]
-        raw = self.emit(f"tl.load({self.pointer(buffer)} + {offset}, {self.current_mask()}, other=0)", dtype)
+        raw = self._emit_load(buffer, f"tl.load({self.pointer(buffer)} + {offset}, {self.current_mask()}, other=0",
+                              self.bounds[XINDEX] > 1 and XINDEX not in simplify_index(index, self.bounds).free_symbols,
+                              dtype)
         if dtype in ("bfloat16", "float16"):
             return self.emit(f"{raw}.to(tl.float32)", "float32")
         return raw
+
+    def _emit_load(self, buffer: str, call: str, row_invariant: bool, dtype: str) -> Var:
+        cached = self.section.cache.get(call)
+        if cached is not None:
+            return cached
+        var = Var(self._fresh(), dtype)
+        self.section.lines.append(LoadLine(buffer, f"{var.name} = {call}", row_invariant))
+        self.section.cache[call] = var
+        return var
 
     def cast(self, value: Var, dtype: str) -> str:
         """Text converting `value` to `dtype`, rounding to nearest even like the GPU does."""

@@ -96,12 +96,17 @@ def _buffers_of(step: Any, kernels: dict[str, Any]) -> set[str]:
     return {t.buffer.name for t in step.node.tensor_args()} | {b.name for b in step.node.outputs}
 
 
+def launch_grid(numel: int, rnumel: int, config: dict[str, Any]) -> list[int]:
+    """Programs to launch: one per XBLOCK rows, times one per RBLOCK columns for a tiled kernel
+    (a 1D grid: the kernel splits the program id, columns fastest; see codegen/group.py)."""
+    tiles = -(-rnumel // config["RBLOCK"]) if config.get("tiled") else 1
+    return [-(-numel // config["XBLOCK"]) * tiles, 1, 1]
+
+
 def _kernel_step(kernel: Any) -> dict[str, Any]:
-    config = kernel.config
-    columns = -(-kernel.rnumel // config["RBLOCK"]) if config.get("tiled") else 1
-    grid = [-(-kernel.numel // config["XBLOCK"]), columns, 1]
     return {"op": "kernel", "kernel": kernel.name, "args": kernel.arguments, "xnumel": kernel.numel,
-            "rnumel": kernel.rnumel, "grid": grid, "config": config}
+            "rnumel": kernel.rnumel, "grid": launch_grid(kernel.numel, kernel.rnumel, kernel.config),
+            "config": kernel.config}
 
 
 def _extern_step(node: ExternNode) -> dict[str, Any]:

@@ -5,11 +5,11 @@ for Triton's interpreter (which implements tl.math but not libdevice)."""
 HELPERS = {
     "max": '''@triton.jit
 def _fw_max_combine(a, b):
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # one max.NaN instruction, NaN wins like torch
 ''',
     "min": '''@triton.jit
 def _fw_min_combine(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
     "prod": '''@triton.jit
 def _fw_prod_combine(a, b):
