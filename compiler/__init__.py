@@ -39,7 +39,7 @@ def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict 
     report("lowering", 0.0)
     program = lower(graph)
     report("scheduling", 0.25)
-    judge = FusionBenchmarker.for_target(program, target, options)
+    judge = FusionBenchmarker.for_target(target, options)
     scheduled = schedule(program, options, judge)
     report("codegen", 0.5)
     generated = generate(scheduled, target)

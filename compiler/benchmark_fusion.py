@@ -6,7 +6,11 @@ Not decisive (`uncertain`):
 - a horizontal fusion (neither part reads what the other writes): it saves one read of a shared
   input but makes one bigger kernel, which can cost registers and parallelism;
 - a looped reduction (a row too long for registers) with a pointwise part that walks the row:
-  the fused kernel may re-read the row in a second loop.
+  the fused kernel may re-read the row in a second loop;
+- recomputing instead of storing (compiler/inline_gathers.py): a result read only through
+  gathers is recomputed at each gathered element, which saves writing and re-reading it but
+  repeats its work (and its reads) once per gather. Here the whole program is scheduled both
+  ways and `pick_schedule` times every kernel of each.
 
 Every decision is recorded with both timings (the manifest's fusion.benchmarked). Decisions
 are deterministic given the timings: fuse iff fused < sum of the parts (strictly).
@@ -47,26 +51,25 @@ def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_
 class FusionBenchmarker:
     """The `judge` that compiler.scheduler.schedule consults on a GPU worker."""
 
-    def __init__(self, program: Program, target: str, options: CompileOptions, timer: Timer) -> None:
-        self.program, self.target, self.timer = program, target, timer
+    def __init__(self, target: str, options: CompileOptions, timer: Timer) -> None:
+        self.target, self.timer = target, timer
         self.budget_s = options.autotune_budget_s
         self.spent_s = 0.0
 
     @classmethod
-    def for_target(cls, program: Program, target: str, options: CompileOptions) -> "FusionBenchmarker | None":
+    def for_target(cls, target: str, options: CompileOptions) -> "FusionBenchmarker | None":
         timer = gpu_timer(target) if options.benchmark_fusion and target.startswith("cuda:") else None
-        return cls(program, target, options, timer) if timer is not None else None
+        return cls(target, options, timer) if timer is not None else None
 
-    def __call__(self, first: Any, second: Any, fused: KernelGroup,
-                 read_writes: dict[str, ReadWrites]) -> tuple[bool, dict] | None:
+    def __call__(self, first: Any, second: Any, fused: KernelGroup, read_writes: dict[str, ReadWrites],
+                 program: Program) -> tuple[bool, dict] | None:
         why = uncertain(first, second, fused, read_writes)
         if why is None or self.spent_s > self.budget_s:
             return None
         started = time.perf_counter()
-        buffers = self.program.buffers  # read now: scheduling added buffers (split reductions)
-        dtypes = {name: b.dtype for name, b in buffers.items()}
-        sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in buffers.items()}
-        kernels = [self._kernel(group, read_writes, dtypes) for group in (fused, first, second)]
+        dtypes = {name: b.dtype for name, b in program.buffers.items()}
+        sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in program.buffers.items()}
+        kernels = [self._kernel(group, read_writes, program, dtypes) for group in (fused, first, second)]
         build_cubins(kernels, dtypes, self.target)
         fused_ms, *parts_ms = [self.timer(kernel, sizes) for kernel in kernels]
         self.spent_s += time.perf_counter() - started
@@ -77,8 +80,39 @@ class FusionBenchmarker:
                   "reason": f"benchmark: fused {fused_ms:.4f} ms is {verdict} than the parts' {sum(parts_ms):.4f} ms"}
         return keep, record
 
-    def _kernel(self, group: KernelGroup, read_writes: dict[str, ReadWrites], dtypes: dict[str, str]) -> Any:
+    def pick_schedule(self, recomputed: Schedule, stored: Schedule, producers: list[str]) -> Schedule:
+        """The faster of two whole schedules: gathered results recomputed at each gathered element
+        (inline_gathers, the heuristic's choice) or stored once and read back. Keeps the
+        recomputing one unless the stored one is strictly faster, or when the budget is spent."""
+        if self.spent_s > self.budget_s:
+            return recomputed
+        started = time.perf_counter()
+        recomputed_ms, stored_ms = self._kernel_times(recomputed), self._kernel_times(stored)
+        self.spent_s += time.perf_counter() - started
+        keep = not sum(stored_ms) < sum(recomputed_ms)
+        chosen = recomputed if keep else stored
+        chosen.fusion_log["benchmarked"].append({
+            "node1": ", ".join(producers), "node2": "their gathering readers",
+            "why_benchmarked": "recompute: results read only through gathers are recomputed at each gathered "
+                               "element instead of stored (both whole schedules timed)",
+            "fused_ms": sum(recomputed_ms), "unfused_ms": stored_ms, "fused": keep,
+            "recomputed_kernels_ms": recomputed_ms,
+            "reason": f"benchmark: recomputing takes {sum(recomputed_ms):.4f} ms, storing {sum(stored_ms):.4f} ms"})
+        return chosen
+
+    def _kernel_times(self, schedule: Schedule) -> list[float]:
+        from compiler.codegen import generate
+
+        buffers = schedule.program.buffers
+        dtypes = {name: b.dtype for name, b in buffers.items()}
+        sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in buffers.items()}
+        kernels = generate(schedule, self.target).kernels
+        build_cubins(kernels, dtypes, self.target)
+        return [self.timer(kernel, sizes) for kernel in kernels]
+
+    def _kernel(self, group: KernelGroup, read_writes: dict[str, ReadWrites], program: Program,
+                dtypes: dict[str, str]) -> Any:
         """The group's kernel as codegen would write it (named for the benchmark only)."""
-        internal = internal_buffers(group.node_names, read_writes, self.program) if len(group.nodes) > 1 else set()
+        internal = internal_buffers(group.node_names, read_writes, program) if len(group.nodes) > 1 else set()
         probe = replace(group, name="benchmarked", internal=internal)
-        return generate_kernel(probe, Schedule(self.program, [probe], read_writes, {}), dtypes, self.target)
+        return generate_kernel(probe, Schedule(program, [probe], read_writes, {}), dtypes, self.target)

@@ -18,8 +18,14 @@ from compiler.ir import ComputeNode, Layout, Program
 MAX_INLINE_PASSES = 4
 
 
+def gathered_producers(program: Program) -> list[ComputeNode]:
+    """The nodes inlining would recompute at their gathered elements (first pass)."""
+    read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
+    return [n for n in program.nodes if _inlinable(n, program, read_writes)]
+
+
 def inline_gathered_producers(program: Program) -> None:
-    """Rewrites readers' bodies in place; the scheduler's dead-node elimination drops the producers."""
+    """Rewrites readers' bodies in place and drops the producers from the program."""
     for _ in range(MAX_INLINE_PASSES):
         read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
         candidates = [n for n in program.nodes if _inlinable(n, program, read_writes)]
@@ -29,6 +35,9 @@ def inline_gathered_producers(program: Program) -> None:
             store = producer.stores[0]
             for reader in _readers(program, store.buffer.name, read_writes):
                 reader.body = _with_inlined(reader.body, store.buffer.name, store.layout, producer)
+        # gone at once, not left to dead-node elimination: their own inputs may be inlinable next pass
+        inlined = {id(n) for n in candidates}
+        program.nodes[:] = [n for n in program.nodes if id(n) not in inlined]
 
 
 def _inlinable(node: Any, program: Program, read_writes: dict[str, ReadWrites]) -> bool:

@@ -13,6 +13,7 @@ recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from compiler.graph import DTYPES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.options import CompileOptions
-from compiler.inline_gathers import inline_gathered_producers
+from compiler.inline_gathers import gathered_producers, inline_gathered_producers
 from compiler.split_reductions import split_reductions
 from compiler.tiling import choose_tiling
 
@@ -98,11 +99,23 @@ class Schedule:
 
 
 def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Schedule:
-    """`judge(first, second, fused, read_writes)`, when given (a GPU worker's
+    """`judge(first, second, fused, read_writes, program)`, when given (a GPU worker's
     compiler.benchmark_fusion.FusionBenchmarker), may overrule a legal fusion: it returns None
-    (no opinion) or (keep, record) after timing the fused kernel against its parts."""
+    (no opinion) or (keep, record) after timing the fused kernel against its parts. With a
+    judge, a program whose gathered results could be recomputed (inline_gathers) is scheduled
+    both ways and `judge.pick_schedule(recomputed, stored)` keeps the faster."""
     split_reductions(program)
+    producers = [n.name for n in gathered_producers(program)] if judge is not None else []
+    if producers:  # recompute or store: schedule both ways, time both
+        stored = copy.deepcopy(program)
+        inline_gathered_producers(program)
+        recomputed = _fuse_and_order(program, options, judge)
+        return judge.pick_schedule(recomputed, _fuse_and_order(stored, options, judge), producers)
     inline_gathered_producers(program)
+    return _fuse_and_order(program, options, judge)
+
+
+def _fuse_and_order(program: Program, options: CompileOptions, judge: Any) -> Schedule:
     read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
     live = eliminate_dead_nodes(program, read_writes)
     read_writes = {node.name: read_writes[node.name] for node in live}  # dead nodes read nothing any more
@@ -243,7 +256,7 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
             if group is None:
                 log.refuse(first, second, reason)
                 continue
-            verdict = judge(first, second, group, read_writes) if judge is not None else None
+            verdict = judge(first, second, group, read_writes, program) if judge is not None else None
             if verdict is not None:
                 keep, record = verdict
                 log.benchmarked.append(record)

@@ -94,7 +94,7 @@ def _bench_schedule(fn, inputs, fused_ms, parts_ms):
         most_nodes[0] = max(most_nodes[0], len(kernel.nodes))
         return fused_ms if len(kernel.nodes) == most_nodes[0] and len(kernel.nodes) > 1 else parts_ms
 
-    judge = FusionBenchmarker(program, TARGET, CompileOptions(), timer)
+    judge = FusionBenchmarker(TARGET, CompileOptions(), timer)
     return schedule(program, CompileOptions(), judge)
 
 
@@ -148,3 +148,53 @@ def test_benchmarked_fusions_may_involve_buffers_that_split_reductions_added():
     assert split_buffers
     decisions = scheduled.fusion_log["benchmarked"]
     assert decisions and all(d["fused_ms"] == 1.0 for d in decisions)
+
+
+def _recompute_schedule(recomputing_ms: float, storing_ms: float):
+    """Schedules exp(x * 2)[idx] with a fake GPU: kernels that read the stored exp(x * 2) back cost
+    storing_ms, every other kernel (the gather recomputing exp at each index, the producer) recomputing_ms
+    or storing_ms as its schedule says."""
+    import torch
+
+    from compiler.benchmark_fusion import FusionBenchmarker
+
+    x, idx = torch.randn(50, 16), torch.randint(0, 50, (200,))
+    program = lower(_trace(lambda a, i: torch.exp(a * 2)[i], x, idx))
+    stored_buffer = "buf1"  # exp(x * 2): read only through the gather
+
+    def timer(kernel, _sizes):
+        in_stored_schedule = f"ptr_{stored_buffer}" in kernel.source
+        return storing_ms if in_stored_schedule else recomputing_ms
+
+    return schedule(program, CompileOptions(), FusionBenchmarker(TARGET, CompileOptions(), timer)), stored_buffer
+
+
+def test_recomputing_a_gathered_result_is_timed_against_storing_it_and_the_faster_kept():
+    recomputed, buffer = _recompute_schedule(recomputing_ms=1.0, storing_ms=1.0)
+    decision = recomputed.fusion_log["benchmarked"][-1]
+    assert decision["why_benchmarked"].startswith("recompute") and decision["fused"] is True
+    assert decision["fused_ms"] == 1.0 and decision["unfused_ms"] == [1.0, 1.0]  # one kernel against two
+    assert len([s for s in recomputed.steps if isinstance(s, KernelGroup)]) == 1
+
+    stored, _ = _recompute_schedule(recomputing_ms=5.0, storing_ms=1.0)
+    decision = stored.fusion_log["benchmarked"][-1]
+    assert decision["fused"] is False and decision["fused_ms"] == 5.0 and sum(decision["unfused_ms"]) == 2.0
+    groups = [s for s in stored.steps if isinstance(s, KernelGroup)]
+    assert len(groups) == 2 and buffer in {st.buffer.name for g in groups for n in g.nodes for st in n.stores}
+
+
+def test_recompute_choice_matches_eager_either_way():
+    import torch
+
+    from client.runtime import load
+    from compiler.artifact import build_artifact
+    from compiler.codegen import generate
+    from compiler.fx_import import run_eager
+    from tests.compare import assert_close_outputs
+
+    x, idx = torch.randn(50, 16), torch.randint(0, 50, (200,))
+    graph = _trace(lambda a, i: torch.exp(a * 2)[i], x, idx)
+    for recomputing_ms in (1.0, 5.0):
+        scheduled, _ = _recompute_schedule(recomputing_ms=recomputing_ms, storing_ms=1.0)
+        artifact = build_artifact(graph, "cpu", CompileOptions(), generate(scheduled, "cpu"))
+        assert_close_outputs(load(artifact)(x, idx), run_eager(graph, [x, idx]))
