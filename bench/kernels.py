@@ -1,5 +1,6 @@
 """Kernel benchmark on a GPU: eager PyTorch, torch.compile (Inductor) and fusewire on
-the corpus's functions at training sizes (fusewire autotuned unless --no-autotune).
+the corpus's functions at training sizes (fusewire autotuned and with benchmark-driven fusion
+unless --no-autotune / --no-benchmark-fusion).
 
 For each case: fusewire compiles the captured graph for this GPU's arch (cubins built
 ahead of time, launched without the Triton compiler), checks the result against eager
@@ -145,7 +146,8 @@ def relative_error(ours: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
     return worst
 
 
-def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool, autotune: bool = True) -> dict:
+def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool, autotune: bool = True,
+             benchmark_fusion: bool = True) -> dict:
     import compiler
     from client.runtime import load
     from compiler.fx_import import from_fx
@@ -154,7 +156,7 @@ def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool, auto
     inputs = case.make_inputs()
     graph = from_fx(make_fx(case.fn)(*inputs), inputs)
     started = time.perf_counter()
-    artifact = compiler.compile(graph, target, {"autotune": autotune})
+    artifact = compiler.compile(graph, target, {"autotune": autotune, "benchmark_fusion": benchmark_fusion})
     compile_s = time.perf_counter() - started
     run = load(artifact)
     ours = run(*inputs)
@@ -162,7 +164,9 @@ def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool, auto
     error = relative_error(ours, reference)
     moved = tensor_bytes(inputs) + tensor_bytes(reference)
     row = {"case": case.name, "kernels": len(artifact.manifest["kernels"]), "compile_s": round(compile_s, 2),
-           "rel_error": error, "bytes": moved}
+           "rel_error": error, "bytes": moved,
+           "benchmarked": [f"{d['why_benchmarked'].split(':')[0]}: {'kept' if d['fused'] else 'overturned'}"
+                           for d in artifact.manifest["fusion"]["benchmarked"]]}
     timings = {"eager": lambda: graph_time_ms(case.fn, inputs), "fusewire": lambda: graph_time_ms(run, inputs)}
     if with_inductor:
         compiled = torch.compile(case.fn)
@@ -189,6 +193,7 @@ def main() -> None:
     parser.add_argument("--json", default="", help="write the rows to this file")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile (faster)")
     parser.add_argument("--no-autotune", action="store_true", help="fusewire with heuristic configs only")
+    parser.add_argument("--no-benchmark-fusion", action="store_true", help="the fusion score alone decides fusions")
     args = parser.parse_args()
     major, minor = torch.cuda.get_device_capability()
     target = f"cuda:sm_{major}{minor}"
@@ -201,7 +206,8 @@ def main() -> None:
         if wanted and not any(w in case.name for w in wanted):
             continue
         try:
-            rows.append(run_case(case, target, copy_gbs, not args.no_inductor, not args.no_autotune))
+            rows.append(run_case(case, target, copy_gbs, not args.no_inductor, not args.no_autotune,
+                                 not args.no_benchmark_fusion))
         except Exception as exc:  # report and go on: one broken case must not hide the others
             rows.append({"case": case.name, "error": f"{type(exc).__name__}: {exc}"[:500]})
         print(json.dumps(rows[-1]), flush=True)

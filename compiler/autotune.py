@@ -74,6 +74,7 @@ def candidate_configs(kernel: Any) -> list[dict]:
     variants: list[dict] = []
     if base.get("tiled"):
         variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32))] + [{"num_warps": 8}]
+        variants += [{"XBLOCK": x, "RBLOCK": r, "num_warps": 8} for x, r in ((64, 128), (128, 64))]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
         variants = [{"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
                     {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}]
