@@ -3,10 +3,11 @@ launch configs per kernel on a GPU worker, keeps the fastest, builds every kerne
 rebuilds the launch plan; the cpu target keeps codegen's heuristic configs.
 
 For each kernel a small, fixed list of candidates is built (the heuristic's config first,
-then variants of XBLOCK, RBLOCK and num_warps that keep the generated source valid); every
-candidate's cubin is built ahead of time, launched on random data (two input sets used in
-turn, so caches do not flatter), and timed with CUDA events after a warm-up: the median of
-the repeats counts. The fastest wins; a tie keeps the earlier candidate, so decisions are
+then variants of XBLOCK, RBLOCK and num_warps that keep the generated source valid); the
+candidates of all kernels are built as cubins in one parallel batch (compiler/codegen/aot.py),
+launched on random data (two input sets used in turn, so caches do not flatter), and timed
+with CUDA events after a warm-up, in batches of launches of about a millisecond: the median
+batch counts. The fastest wins; a tie keeps the earlier candidate, so decisions are
 deterministic given the same timings. Results are cached by kernel source + target + the
 candidate list through a `TuningCache` (the worker backs it with Redis), so a kernel shared
 by two graphs, from any team, is tuned once.
@@ -29,7 +30,9 @@ from compiler.options import CompileOptions
 from compiler.scheduler import Schedule
 
 WARMUP = 3
-REPEATS = 15
+REPEATS = 7  # batches of launches
+BATCH_MS = 1.0  # target length of one timed batch
+MAX_BATCH = 100
 
 
 class TuningCache(Protocol):
@@ -185,7 +188,9 @@ def gpu_timer(target: str) -> Timer | None:
 
 
 def time_kernel(kernel: Any, sizes: dict[str, tuple[int, str]]) -> float:
-    """Median ms of the kernel's cubin over REPEATS launches, two input sets in turn."""
+    """Median ms per launch of the kernel's cubin. Launches are timed in batches between two CUDA
+    events (about BATCH_MS each, so event overhead and clock jitter stay small against short
+    kernels), REPEATS batches, the two input sets alternating launch by launch."""
     import torch
 
     from client.cubin import CubinKernel
@@ -194,17 +199,20 @@ def time_kernel(kernel: Any, sizes: dict[str, tuple[int, str]]) -> float:
     launcher = CubinKernel(entry, kernel.cubin)
     sets = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
     grid = tuple(launch_grid(kernel.numel, kernel.rnumel, kernel.config))
-    for i in range(WARMUP):
-        launcher[grid](*sets[i % 2])
-    times = []
-    for i in range(REPEATS):
+
+    def batch(launches: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        launcher[grid](*sets[i % 2])
+        for i in range(launches):
+            launcher[grid](*sets[i % 2])
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+        return start.elapsed_time(end) / launches
+
+    batch(WARMUP)
+    launches = max(2, min(MAX_BATCH, round(BATCH_MS / max(batch(2), 1e-4))))
+    times = sorted(batch(launches) for _ in range(REPEATS))
+    return times[len(times) // 2]
 
 
 def _random_buffer(numel: int, dtype: str) -> Any:

@@ -97,3 +97,23 @@ def test_a_build_server_that_died_is_replaced():
             continue  # another of the killed servers was taken first
         break
     assert rebuilt.cubin[:4] == b"\x7fELF"
+
+
+def test_warming_a_pool_starts_every_build_server_ahead_of_the_first_build():
+    import time
+
+    from compiler.codegen.aot import BuildPool
+
+    pool = BuildPool(2)
+    try:
+        pool.warm()
+        deadline = time.monotonic() + 60
+        while pool._idle.qsize() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        servers = [pool._idle.get_nowait() for _ in range(2)]
+        assert all(server.process.poll() is None for server in servers)  # alive, waiting for work
+        assert pool._started == 2
+        for server in servers:
+            pool._idle.put(server)
+    finally:
+        pool.close()

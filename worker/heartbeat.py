@@ -51,10 +51,16 @@ def stop_heartbeat(**_):
 
 @worker_process_init.connect
 def preload_compiler(**_):
-    """A pool child imports the compiler (and torch) before its first task, not during it."""
+    """A pool child imports the compiler (and torch) before its first task, not during it, and on
+    a GPU worker starts the cubin build servers (compiler/codegen/aot.py)."""
     try:
         import compiler  # noqa: F401
         import compiler.graph  # noqa: F401
-        import torch  # noqa: F401
+        import torch
+
+        if torch.cuda.is_available():  # a GPU worker builds cubins: start its build servers now
+            from compiler.codegen.aot import build_pool
+
+            build_pool().warm()
     except Exception:  # the task reports a broken compiler per job; the child must still start
         log.warning("preloading the compiler failed", exc_info=True)

@@ -12,14 +12,13 @@ may not start multiprocessing children.
 Pointer arguments are compiled as 16-byte aligned; the runtime copies any argument that
 is not (see client/cubin.py).
 
-    python -m compiler.codegen.aot --serve     (what the pool runs: one JSON line in, one out, per kernel)
+The server is compiler/codegen/aot_server.py, run as a script so that it imports only Triton.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import json
 import os
 import queue
@@ -30,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, IO
@@ -39,10 +37,9 @@ POINTER_TYPES = {
     "float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "float64": "*fp64", "int64": "*i64",
     "int32": "*i32", "int16": "*i16", "int8": "*i8", "uint8": "*u8", "bool": "*i1",
 }
-CONSTEXPRS = ("xnumel", "rnumel", "XBLOCK", "RBLOCK")
 BUILD_PROCESSES_ENV = "FUSEWIRE_BUILD_PROCESSES"  # how many build servers (default: cores, at most 8)
 BUILDS_PER_SERVER = 500  # then the server is replaced, so a long-lived worker does not grow
-REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVER_SCRIPT = Path(__file__).with_name("aot_server.py")  # run as a script: it imports Triton, not fusewire
 
 
 class AotError(RuntimeError):
@@ -84,9 +81,8 @@ class BuildServer:
     def __init__(self, triton_cache: str) -> None:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": triton_cache}
         self.log: IO[bytes] = tempfile.TemporaryFile(prefix="fusewire-aot-log-")
-        self.process = subprocess.Popen([sys.executable, "-m", "compiler.codegen.aot", "--serve"], env=env,
-                                        cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.log)
+        self.process = subprocess.Popen([sys.executable, str(SERVER_SCRIPT)], env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log)
         self.builds = 0
 
     def build(self, entry: dict[str, Any], deadline: float) -> None:
@@ -129,6 +125,18 @@ class BuildPool:
         self._started = 0
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="fusewire-aot")
+
+    def warm(self) -> None:
+        """Starts every server now, in the background, so a first compile does not wait for them."""
+        for _ in range(self.size):
+            self._threads.submit(self._start_idle_server)
+
+    def _start_idle_server(self) -> None:
+        with self._lock:
+            if self._started >= self.size:
+                return
+            self._started += 1
+        self._idle.put(self._start_server())
 
     def build_all(self, entries: list[dict[str, Any]], deadline: float) -> None:
         futures = [self._threads.submit(self._build_one, entry, deadline) for entry in entries]
@@ -193,44 +201,3 @@ def build_pool() -> BuildPool:
             _pool = BuildPool(max(1, size))
             atexit.register(_pool.close)
         return _pool
-
-
-def _compile_entry(entry: dict[str, Any]) -> None:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    target = GPUTarget("cuda", entry["arch"], 32)
-    spec = importlib.util.spec_from_file_location(f"aot_{entry['stem']}", entry["source"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    fn = getattr(module, entry["name"])
-    signature = dict(entry["signature"]) | {name: "constexpr" for name in CONSTEXPRS}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(entry["signature"]))}
-    source = ASTSource(fn, signature, constexprs=entry["constants"], attrs=attrs)
-    compiled = triton.compile(source, target=target,
-                              options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"]})
-    metadata = compiled.metadata._asdict()
-    metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
-    out = Path(entry["out_dir"])
-    (out / f"{entry['stem']}.cubin").write_bytes(compiled.asm["cubin"])
-    (out / f"{entry['stem']}.json").write_text(json.dumps(
-        {"metadata": metadata, "signature": signature, "constants": entry["constants"],
-         "arg_names": list(fn.arg_names)}, default=str))
-
-
-def serve() -> None:
-    """The build server's loop: one JSON entry per line in, one JSON reply per line out."""
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # whatever Triton or ptxas prints must not corrupt the replies
-    while line := sys.stdin.readline():
-        try:
-            _compile_entry(json.loads(line))
-            reply: dict[str, Any] = {"ok": True}
-        except Exception:  # reported to the parent, which raises AotError naming the kernel
-            reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
-        replies.write(json.dumps(reply) + "\n")
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
-    serve()
