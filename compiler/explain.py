@@ -1,5 +1,6 @@
 """Human-readable account of how a graph was compiled: kernels, the nodes and wire ops
-fused into each, and every fusion the scheduler refused with its reason."""
+fused into each, how launch configs and uncertain fusions were decided (on a GPU worker, by
+timing), and every fusion the scheduler refused with its reason."""
 
 from __future__ import annotations
 
@@ -33,10 +34,19 @@ def describe(artifact: Artifact) -> str:
         lines.append(f"{kernel['name']}: {kind} over {shape}, XBLOCK={config['XBLOCK']} RBLOCK={config['RBLOCK']}")
         lines.append(f"    IR nodes {', '.join(kernel['nodes'])}")
         lines.append(f"    from wire nodes {', '.join(kernel['origins'])}")
+        if kernel.get("autotune"):
+            trials = kernel["autotune"]
+            timings = ", ".join(f"{ms:.4f}" for ms in trials["ms"])
+            lines.append(f"    tuned: candidate {trials['chosen']} of {len(trials['ms'])} ({timings} ms)"
+                         + (" from the tuning cache" if trials["cached"] else ""))
     externs = [s for s in plan["steps"] if s["op"] == "extern"]
     for step in externs:
         lines.append(f"extern {step['target']} -> {', '.join(step['outputs'])}")
-    refused = manifest["fusion"]["refused"]
+    fusion = manifest["fusion"]
+    lines += ["", f"launch configs: {manifest.get('autotune', 'heuristics')}",
+              f"uncertain fusions: {fusion.get('benchmark_note', 'decided by the score')}"]
+    lines += [f"    {d['node1']} + {d['node2']}: {d['reason']} ({d['why_benchmarked']})" for d in fusion.get("benchmarked", [])]
+    refused = fusion["refused"]
     lines += ["", f"fusions refused ({len(refused)}):"]
     lines += [f"    {r['node1']} + {r['node2']}: {r['reason']}" for r in refused] or ["    none"]
     return "\n".join(lines)

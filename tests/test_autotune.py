@@ -198,3 +198,17 @@ def test_recompute_choice_matches_eager_either_way():
         scheduled, _ = _recompute_schedule(recomputing_ms=recomputing_ms, storing_ms=1.0)
         artifact = build_artifact(graph, "cpu", CompileOptions(), generate(scheduled, "cpu"))
         assert_close_outputs(load(artifact)(x, idx), run_eager(graph, [x, idx]))
+
+
+def test_explain_shows_decisions_made_by_timing():
+    import torch
+
+    from compiler.artifact import build_artifact
+    from compiler.codegen import generate
+    from compiler.explain import describe
+
+    graph = _trace(lambda a, i: torch.exp(a * 2)[i], torch.randn(50, 16), torch.randint(0, 50, (200,)))
+    scheduled, _ = _recompute_schedule(recomputing_ms=5.0, storing_ms=1.0)
+    text = describe(build_artifact(graph, "cpu", CompileOptions(), generate(scheduled, "cpu")))
+    assert "uncertain fusions: uncertain fusions timed on the GPU" in text
+    assert "recomputing takes 5.0000 ms, storing 2.0000 ms (recompute:" in text

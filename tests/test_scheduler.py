@@ -151,6 +151,7 @@ def test_explain_lists_kernels_and_refusals():
     text = describe(artifact)
     assert "kernel" in text and "extern aten.mm.default" in text
     assert "fusions refused" in text and "cycle" in text
+    assert "launch configs: heuristic launch configs" in text and "the score decided every fusion" in text
 
 
 @pytest.mark.parametrize("fn, shape", [
