@@ -61,9 +61,7 @@ def tune_and_build(generated: Generated, schedule: Schedule, target: str, option
     """`spent_s`: time benchmark-driven fusion already took from the graph's tuning budget."""
     if not target.startswith("cuda:"):
         return generated
-    buffers = schedule.program.buffers
-    dtypes = {name: b.dtype for name, b in buffers.items()}
-    sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in buffers.items()}
+    dtypes, sizes = schedule.program.buffer_dtypes(), schedule.program.buffer_sizes()
     remaining = options.model_copy(update={"autotune_budget_s": max(0.0, options.autotune_budget_s - spent_s)})
     generated.autotune_note = autotune_kernels(generated.kernels, dtypes, sizes, target, remaining, cache)
     build_cubins([k for k in generated.kernels if k.cubin is None], dtypes, target)

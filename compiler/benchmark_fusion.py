@@ -67,8 +67,7 @@ class FusionBenchmarker:
         if why is None or self.spent_s > self.budget_s:
             return None
         started = time.perf_counter()
-        dtypes = {name: b.dtype for name, b in program.buffers.items()}
-        sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in program.buffers.items()}
+        dtypes, sizes = program.buffer_dtypes(), program.buffer_sizes()
         kernels = [self._kernel(group, read_writes, program, dtypes) for group in (fused, first, second)]
         build_cubins(kernels, dtypes, self.target)
         fused_ms, *parts_ms = [self.timer(kernel, sizes) for kernel in kernels]
@@ -103,9 +102,7 @@ class FusionBenchmarker:
     def _kernel_times(self, schedule: Schedule) -> list[float]:
         from compiler.codegen import generate
 
-        buffers = schedule.program.buffers
-        dtypes = {name: b.dtype for name, b in buffers.items()}
-        sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in buffers.items()}
+        dtypes, sizes = schedule.program.buffer_dtypes(), schedule.program.buffer_sizes()
         kernels = generate(schedule, self.target).kernels
         build_cubins(kernels, dtypes, self.target)
         return [self.timer(kernel, sizes) for kernel in kernels]

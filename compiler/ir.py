@@ -171,3 +171,10 @@ class Program:
     nodes: list[Node]
     outputs: list[GraphOutput]
     buffers: dict[str, Buffer]
+
+    def buffer_dtypes(self) -> dict[str, str]:
+        return {name: b.dtype for name, b in self.buffers.items()}
+
+    def buffer_sizes(self) -> dict[str, tuple[int, str]]:
+        """(elements of storage, dtype) per buffer: what a benchmark allocates for it."""
+        return {name: (b.layout.storage_numel(), b.dtype) for name, b in self.buffers.items()}

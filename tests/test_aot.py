@@ -52,7 +52,7 @@ def _softmax_kernels():
 
     program = lower(load_graph("softmax_fp32"))
     scheduled = schedule(program, CompileOptions())
-    dtypes = {name: b.dtype for name, b in program.buffers.items()}
+    dtypes = program.buffer_dtypes()
     group = next(s for s in scheduled.steps if isinstance(s, KernelGroup))
     return generate_kernel(group, scheduled, dtypes, "cuda:sm_90"), dtypes
 

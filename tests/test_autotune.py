@@ -20,8 +20,7 @@ TARGET = "cuda:sm_90"
 def softmax_kernel():
     program = lower(load_graph("softmax_fp32"))
     scheduled = schedule(program, CompileOptions())
-    dtypes = {name: b.dtype for name, b in program.buffers.items()}
-    sizes = {name: (b.layout.storage_numel(), b.dtype) for name, b in program.buffers.items()}
+    dtypes, sizes = program.buffer_dtypes(), program.buffer_sizes()
     group = next(s for s in scheduled.steps if isinstance(s, KernelGroup))
     return generate_kernel(group, scheduled, dtypes, TARGET), dtypes, sizes
 

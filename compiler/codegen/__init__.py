@@ -72,7 +72,7 @@ class Generated:
 
 
 def generate(schedule: Schedule, target: str) -> Generated:
-    dtypes = {name: b.dtype for name, b in schedule.program.buffers.items()}
+    dtypes = schedule.program.buffer_dtypes()
     kernels = [generate_kernel(step, schedule, dtypes, target)
                for step in schedule.steps if isinstance(step, KernelGroup)]
     return Generated(kernels, build_plan(schedule, {k.name: k for k in kernels}), schedule.fusion_log)

@@ -103,12 +103,14 @@ class KernelWriter(TritonMathOps):
         self._counter += 1
         return f"{prefix}{self._counter}"
 
-    def emit(self, expression: str, dtype: str) -> Var:
+    def emit(self, expression: str, dtype: str, line: Callable[[str], str | LoadLine] | None = None) -> Var:
+        """A variable holding `expression` (reused if this section already has one); `line`
+        writes its line from the variable's name when it is not `name = expression`."""
         cached = self.section.cache.get(expression)
         if cached is not None:
             return cached
         var = Var(self._fresh(), dtype)
-        self.section.lines.append(f"{var.name} = {expression}")
+        self.section.lines.append(line(var.name) if line else f"{var.name} = {expression}")
         self.section.cache[expression] = var
         return var
 
@@ -117,7 +119,9 @@ class KernelWriter(TritonMathOps):
 
     def index(self, expr: Expr) -> str:
         """Triton text for an index expression; x-only div/mod terms become named variables."""
-        expr = simplify_index(expr, self.bounds)
+        return self._index_text(simplify_index(expr, self.bounds))
+
+    def _index_text(self, expr: Expr) -> str:
         if not expr.free_symbols:
             return f"tl.full({self.section.shape}, {int(expr)}, tl.int32)"
         return texpr(expr, self._name_index_term)
@@ -136,28 +140,20 @@ class KernelWriter(TritonMathOps):
 
     # --- loads, stores and the non-math ops ------------------------------------------------
     def load(self, buffer: str, index: Expr) -> Var:
-        offset = self.index(index)
+        index = simplify_index(index, self.bounds)
+        offset = self._index_text(index)
         stored = self._stored.get((buffer, offset))
         if stored is not None and self._visible(stored[1]) and not self._masks:
             return stored[0]
         if buffer in self.group_writes:
             self.missed_loads.add(buffer)
         dtype = self.buffer_dtypes[buffer]
-        raw = self._emit_load(buffer, f"tl.load({self.pointer(buffer)} + {offset}, {self.current_mask()}, other=0",
-                              self.bounds[XINDEX] > 1 and XINDEX not in simplify_index(index, self.bounds).free_symbols,
-                              dtype)
+        call = f"tl.load({self.pointer(buffer)} + {offset}, {self.current_mask()}, other=0"
+        row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols
+        raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", row_invariant))
         if dtype in ("bfloat16", "float16"):
             return self.emit(f"{raw}.to(tl.float32)", "float32")
         return raw
-
-    def _emit_load(self, buffer: str, call: str, row_invariant: bool, dtype: str) -> Var:
-        cached = self.section.cache.get(call)
-        if cached is not None:
-            return cached
-        var = Var(self._fresh(), dtype)
-        self.section.lines.append(LoadLine(buffer, f"{var.name} = {call}", row_invariant))
-        self.section.cache[call] = var
-        return var
 
     def cast(self, value: Var, dtype: str) -> str:
         """Text converting `value` to `dtype`, rounding to nearest even like the GPU does."""
