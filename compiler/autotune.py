@@ -3,7 +3,8 @@ launch configs per kernel on a GPU worker, keeps the fastest, builds every kerne
 rebuilds the launch plan; the cpu target keeps codegen's heuristic configs.
 
 For each kernel a small, fixed list of candidates is built (the heuristic's config first,
-then variants of XBLOCK, RBLOCK and num_warps that keep the generated source valid); the
+then variants of XBLOCK, RBLOCK, num_warps and num_stages that keep the generated source
+valid, and for a persistent reduction over 2048+ elements a looped one, written anew); the
 candidates of all kernels are built as cubins in one parallel batch (compiler/codegen/aot.py),
 launched on random data (two input sets used in turn, so caches do not flatter), and timed
 with CUDA events after a warm-up, in batches of launches of about a millisecond: the median
@@ -23,16 +24,17 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
-from compiler.codegen import Generated
+from compiler.codegen import Generated, generate_kernel
 from compiler.codegen.aot import build_cubins
 from compiler.codegen.plan import build_plan, launch_grid
 from compiler.options import CompileOptions
-from compiler.scheduler import Schedule
+from compiler.scheduler import KernelGroup, Schedule
 
 WARMUP = 3
 REPEATS = 7  # batches of launches
 BATCH_MS = 1.0  # target length of one timed batch
 MAX_BATCH = 100
+LOOPED_RBLOCK_MIN = 1024  # a persistent row of 2048+ elements is also tried as a loop
 
 
 class TuningCache(Protocol):
@@ -54,6 +56,7 @@ class MemoryTuningCache:
 
 
 Timer = Callable[[Any, dict[str, tuple[int, str]]], float]  # (kernel with cubin, buffer sizes) -> ms
+Regenerate = Callable[[Any, dict], Any]  # (kernel, config) -> the kernel's source written for that config
 
 
 def tune_and_build(generated: Generated, schedule: Schedule, target: str, options: CompileOptions,
@@ -63,14 +66,21 @@ def tune_and_build(generated: Generated, schedule: Schedule, target: str, option
         return generated
     dtypes, sizes = schedule.program.buffer_dtypes(), schedule.program.buffer_sizes()
     remaining = options.model_copy(update={"autotune_budget_s": max(0.0, options.autotune_budget_s - spent_s)})
-    generated.autotune_note = autotune_kernels(generated.kernels, dtypes, sizes, target, remaining, cache)
+    groups = {step.name: step for step in schedule.steps if isinstance(step, KernelGroup)}
+
+    def regenerate(kernel: Any, config: dict) -> Any:
+        return generate_kernel(groups[kernel.name], schedule, dtypes, target, config)
+
+    generated.autotune_note = autotune_kernels(generated.kernels, dtypes, sizes, target, remaining, cache,
+                                               regenerate=regenerate)
     build_cubins([k for k in generated.kernels if k.cubin is None], dtypes, target)
     generated.plan = build_plan(schedule, {k.name: k for k in generated.kernels})  # grids follow the configs
     return generated
 
 
-def candidate_configs(kernel: Any) -> list[dict]:
-    """The heuristic's config, then variants that the kernel's source allows."""
+def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
+    """The heuristic's config, then variants that the kernel's source allows, and with
+    `can_regenerate` a looped variant of a persistent reduction (which needs its own source)."""
     base = kernel.config
     variants: list[dict] = []
     if base.get("tiled"):
@@ -84,9 +94,13 @@ def candidate_configs(kernel: Any) -> list[dict]:
     elif base["persistent"]:  # RBLOCK must cover the row; rows per program and warps may vary
         variants = [{"num_warps": w} for w in (4, 8, 16) if w != base["num_warps"]]
         variants += [{"XBLOCK": base["XBLOCK"] * 2}, {"XBLOCK": max(1, base["XBLOCK"] // 2)}]
+        if can_regenerate and not base.get("outer") and kernel.rnumel >= 2 * LOOPED_RBLOCK_MIN:
+            rblock = min(2048, _next_power_of_2(kernel.rnumel) // 2)  # at least two steps per row
+            variants.append({"persistent": False, "XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8})
     else:
         variants = [{"RBLOCK": base["RBLOCK"] * 2}, {"RBLOCK": max(16, base["RBLOCK"] // 2)},
-                    {"num_warps": 16 if base["num_warps"] < 16 else 4}, {"XBLOCK": base["XBLOCK"] * 2}]
+                    {"num_warps": 16 if base["num_warps"] < 16 else 4}, {"XBLOCK": base["XBLOCK"] * 2},
+                    {"num_stages": 2}]  # software-pipelined loads across loop steps
     configs = [dict(base)]
     for variant in variants:
         config = base | variant
@@ -120,7 +134,8 @@ class _Tuning:
 
 
 def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str, tuple[int, str]], target: str,
-                     options: CompileOptions, cache: TuningCache | None, timer: Timer | None = None) -> str:
+                     options: CompileOptions, cache: TuningCache | None, timer: Timer | None = None,
+                     regenerate: Regenerate | None = None) -> str:
     """Picks each kernel's config (and cubin) in place; returns the manifest's autotune note.
 
     Every candidate of every kernel is built in one parallel batch, then timed kernel by kernel
@@ -133,7 +148,7 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
         return "no GPU on this worker: heuristic launch configs"
     cache = cache or MemoryTuningCache()
     started = time.perf_counter()
-    tunings = [_plan(kernel, target, cache) for kernel in kernels]
+    tunings = [_plan(kernel, target, cache, regenerate) for kernel in kernels]
     build_cubins([trial for t in tunings for trial in t.to_build()], dtypes, target)
     untimed = 0
     for tuning in tunings:
@@ -149,10 +164,11 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
     return f"autotuned {len(kernels)} kernels on the GPU in {took:.1f} s"
 
 
-def _plan(kernel: Any, target: str, cache: TuningCache) -> _Tuning:
-    candidates = candidate_configs(kernel)
+def _plan(kernel: Any, target: str, cache: TuningCache, regenerate: Regenerate | None) -> _Tuning:
+    candidates = candidate_configs(kernel, can_regenerate=regenerate is not None)
     key = tuning_key(kernel, target, candidates)
-    trials = [replace(kernel, config=config) for config in candidates]
+    trials = [replace(kernel, config=config) if config["persistent"] == kernel.config["persistent"]
+              else regenerate(kernel, config) for config in candidates]
     return _Tuning(kernel, candidates, key, cache.get(key), trials)
 
 
@@ -170,6 +186,7 @@ def _decide(tuning: _Tuning, sizes: dict[str, tuple[int, str]], cache: TuningCac
 
 def _adopt(kernel: Any, trial: Any) -> None:
     kernel.config, kernel.cubin, kernel.cubin_metadata = trial.config, trial.cubin, trial.cubin_metadata
+    kernel.source, kernel.arguments = trial.source, trial.arguments  # a looped trial has its own
 
 
 def gpu_timer(target: str) -> Timer | None:

@@ -211,3 +211,29 @@ def test_explain_shows_decisions_made_by_timing():
     text = describe(build_artifact(graph, "cpu", CompileOptions(), generate(scheduled, "cpu")))
     assert "uncertain fusions: uncertain fusions timed on the GPU" in text
     assert "recomputing takes 5.0000 ms, storing 2.0000 ms (recompute:" in text
+
+
+def test_a_persistent_reduction_is_also_tried_as_a_loop_with_its_own_source(monkeypatch):
+    import torch
+
+    from compiler.autotune import tune_and_build
+    from compiler.codegen import generate
+
+    program = lower(_trace(lambda a: torch.softmax(a, -1), torch.randn(8, 3000)))
+    scheduled = schedule(program, CompileOptions())
+    generated = generate(scheduled, TARGET)
+    kernel = generated.kernels[0]
+    assert kernel.config["persistent"] and "for roffset" not in kernel.source
+    candidates = candidate_configs(kernel, can_regenerate=True)
+    looped = [c for c in candidates if not c["persistent"]]
+    assert len(looped) == 1 and looped[0]["RBLOCK"] < 3000
+
+    def prefer_loops(trial, _sizes):
+        return 1.0 if not trial.config["persistent"] else 2.0
+
+    monkeypatch.setattr("compiler.autotune.gpu_timer", lambda target: prefer_loops)  # the fake GPU
+    tune_and_build(generated, scheduled, TARGET, CompileOptions())
+    assert kernel.config == looped[0] and "for roffset" in kernel.source
+    assert kernel.cubin_metadata["constants"]["RBLOCK"] == looped[0]["RBLOCK"]
+    step = next(s for s in generated.plan["steps"] if s["op"] == "kernel")
+    assert step["config"] == looped[0] and step["args"] == kernel.arguments

@@ -95,9 +95,12 @@ def is_outer_reduction(group: KernelGroup, read_writes: dict) -> bool:
     return votes > 0
 
 
-def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str) -> KernelSource:
-    config = launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
-                                       is_outer_reduction(group, schedule.read_writes), group.tiled), target)
+def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str,
+                    config: dict[str, Any] | None = None) -> KernelSource:
+    """The group's kernel with the heuristics' launch config, or with `config` (autotuning's
+    persistent-or-looped candidates need their own source)."""
+    config = config or launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
+                                                 is_outer_reduction(group, schedule.read_writes), group.tiled), target)
     buffers = schedule.program.buffers
     touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
                             for n in group.node_names))
