@@ -237,3 +237,12 @@ def test_a_persistent_reduction_is_also_tried_as_a_loop_with_its_own_source(monk
     assert kernel.cubin_metadata["constants"]["RBLOCK"] == looped[0]["RBLOCK"]
     step = next(s for s in generated.plan["steps"] if s["op"] == "kernel")
     assert step["config"] == looped[0] and step["args"] == kernel.arguments
+
+
+@pytest.mark.parametrize("speedup, replaces", [(0.01, False), (0.03, True)])
+def test_a_candidate_replaces_the_heuristic_only_when_clearly_faster(speedup, replaces):
+    kernel, dtypes, sizes = softmax_kernel()
+    candidates = candidate_configs(kernel)
+    timer = lambda trial, _: 1.0 - speedup if trial.config == candidates[1] else 1.0  # noqa: E731
+    autotune_kernels([kernel], dtypes, sizes, TARGET, CompileOptions(), MemoryTuningCache(), timer)
+    assert kernel.config == (candidates[1] if replaces else candidates[0])

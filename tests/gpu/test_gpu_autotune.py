@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
 from client.runtime import load
-from compiler.autotune import MemoryTuningCache
+from compiler.autotune import HEURISTIC_MARGIN, MemoryTuningCache
 from compiler.fx_import import from_fx, run_eager
 from tests.compare import assert_close_outputs
 
@@ -42,7 +42,9 @@ def test_autotuned_kernels_keep_the_fastest_candidate_and_match_eager(name):
     for kernel in artifact.manifest["kernels"]:
         trials = kernel["autotune"]
         assert len(trials["ms"]) == len(trials["candidates"]) >= 2 and all(ms > 0 for ms in trials["ms"])
-        assert trials["ms"][trials["chosen"]] == min(trials["ms"])
+        fastest = min(trials["ms"])
+        assert trials["ms"][trials["chosen"]] == fastest or \
+            (trials["chosen"] == 0 and fastest > trials["ms"][0] * (1 - HEURISTIC_MARGIN))  # the heuristic kept
         assert kernel["config"] == trials["candidates"][trials["chosen"]]
     assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs), where=name)
     again = compiler.compile(graph, target, tuning_cache=cache)
