@@ -18,9 +18,9 @@ from compiler.ir import ComputeNode, Layout, Program
 MAX_INLINE_PASSES = 4
 
 
-def gathered_producers(program: Program) -> list[ComputeNode]:
-    """The nodes inlining would recompute at their gathered elements (first pass)."""
-    read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
+def gathered_producers(program: Program, read_writes: dict[str, ReadWrites] | None = None) -> list[ComputeNode]:
+    """The nodes inlining would recompute at their gathered elements (one pass's worth)."""
+    read_writes = read_writes or {n.name: extract_read_writes(n) for n in program.nodes}
     return [n for n in program.nodes if _inlinable(n, program, read_writes)]
 
 
@@ -28,7 +28,7 @@ def inline_gathered_producers(program: Program) -> None:
     """Rewrites readers' bodies in place and drops the producers from the program."""
     for _ in range(MAX_INLINE_PASSES):
         read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
-        candidates = [n for n in program.nodes if _inlinable(n, program, read_writes)]
+        candidates = gathered_producers(program, read_writes)
         if not candidates:
             return
         for producer in candidates:

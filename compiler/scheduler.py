@@ -103,7 +103,7 @@ def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Sc
     compiler.benchmark_fusion.FusionBenchmarker), may overrule a legal fusion: it returns None
     (no opinion) or (keep, record) after timing the fused kernel against its parts. With a
     judge, a program whose gathered results could be recomputed (inline_gathers) is scheduled
-    both ways and `judge.pick_schedule(recomputed, stored)` keeps the faster."""
+    both ways and `judge.pick_schedule(recomputed, stored, producers)` keeps the faster."""
     split_reductions(program)
     producers = [n.name for n in gathered_producers(program)] if judge is not None else []
     if producers:  # recompute or store: schedule both ways, time both
