@@ -43,6 +43,8 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from client import default_cache_dir
+
 DEFAULT_TIMEOUT_S = 120.0
 UNREACHABLE_BACKOFF_S = 30.0  # after a connection failure, later graphs skip the network this long
 ON_ERROR = ("eager", "raise")
@@ -59,10 +61,6 @@ class FusewireError(RuntimeError):
 
 
 # -- settings -------------------------------------------------------------------------
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("FUSEWIRE_CACHE_DIR") or Path.home() / ".cache" / "fusewire")
 
 
 @dataclass(frozen=True)
@@ -306,7 +304,7 @@ class GraphFunction:
         with self._timed("artifact"):
             blob = self.backend.artifact_for(graph, _target(tensors))
         with self._timed("load"):
-            runner = load(Artifact.from_bytes(blob))
+            runner = load(Artifact.from_bytes(blob), self.backend.settings.cache_dir)
         tensor_positions = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
         return _Variant(runner, tensor_positions, spec, constants)
 

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
+from client import default_cache_dir
 from compiler.artifact import Artifact
 
 ALLOWED_NAMESPACES = ("aten", "prims")
@@ -31,15 +32,17 @@ class RuntimeError_(RuntimeError):
     """The artifact cannot run with these inputs (or at all); the message says why."""
 
 
-def load(artifact: Artifact | bytes) -> "CompiledGraph":
+def load(artifact: Artifact | bytes, cache_dir: Path | None = None) -> "CompiledGraph":
+    """`cache_dir` (default: default_cache_dir()) holds the kernel sources that CPU runs import."""
     if isinstance(artifact, (bytes, bytearray)):
         artifact = Artifact.from_bytes(bytes(artifact))
-    return CompiledGraph(artifact)
+    return CompiledGraph(artifact, cache_dir or default_cache_dir())
 
 
 class CompiledGraph:
-    def __init__(self, artifact: Artifact) -> None:
+    def __init__(self, artifact: Artifact, cache_dir: Path) -> None:
         self.artifact = artifact
+        self.cache_dir = cache_dir
         self.plan = artifact.plan
         self._kernels: dict[str, dict[str, Any]] = {}  # device type -> name -> launcher
 
@@ -80,7 +83,8 @@ class CompiledGraph:
 
     def _kernels_for(self, device: torch.device) -> dict[str, Any]:
         if device.type not in self._kernels:
-            self._kernels[device.type] = {k["name"]: _load_kernel(self.artifact, k, device) for k in self.artifact.manifest["kernels"]}
+            self._kernels[device.type] = {k["name"]: _load_kernel(self.artifact, k, device, self.cache_dir)
+                                          for k in self.artifact.manifest["kernels"]}
         return self._kernels[device.type]
 
     @staticmethod
@@ -137,7 +141,7 @@ def _extern_value(value: Any, env: dict[str, torch.Tensor], device: torch.device
     return value
 
 
-def _load_kernel(artifact: Artifact, entry: dict[str, Any], device: torch.device) -> Any:
+def _load_kernel(artifact: Artifact, entry: dict[str, Any], device: torch.device, cache_dir: Path) -> Any:
     if device.type == "cuda" and entry.get("cubin"):
         from client.cubin import CubinKernel
 
@@ -145,7 +149,7 @@ def _load_kernel(artifact: Artifact, entry: dict[str, Any], device: torch.device
     if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError_("CPU tensors run under Triton's interpreter: set TRITON_INTERPRET=1 before importing triton")
     # Triton reads a kernel's source back from its file, so kernels are imported from disk.
-    path = _kernel_cache_dir(artifact.key) / f"{entry['name']}.py"
+    path = cache_dir / "kernels" / artifact.key / f"{entry['name']}.py"
     source = artifact.kernel_source(entry)
     if not path.exists() or path.read_text() != source:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,8 +160,3 @@ def _load_kernel(artifact: Artifact, entry: dict[str, Any], device: torch.device
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, entry["name"])
-
-
-def _kernel_cache_dir(key: str) -> Path:
-    root = Path(os.environ.get("FUSEWIRE_CACHE_DIR", Path.home() / ".cache" / "fusewire"))
-    return root / "kernels" / key

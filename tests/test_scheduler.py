@@ -192,3 +192,4 @@ def test_wide_rows_use_an_online_softmax(fn, loops):
     artifact = compile_and_check(fn, wide)
     source = artifact.kernel_source(artifact.manifest["kernels"][0])
     assert "_sum * " in source and source.count("for roffset") == loops
+

@@ -47,6 +47,7 @@ def test_training_step_matches_eager_and_second_process_hits_local_cache(api_ser
     assert be.stats["graphs"] >= 3 and be.stats["fallbacks"] == 0, be.stats
     assert be.stats["compiles"] + be.stats["remote_hits"] == be.stats["graphs"], be.stats
     assert len(list((cache / "artifacts").glob("*.fwa"))) == be.stats["graphs"]
+    assert len(list((cache / "kernels").glob("*/*.py"))) > 0  # the runtime's kernel sources live there too
 
     # a fresh process, same cache dir, the service unreachable and on_error="raise": any network use would fail it
     before = compiles()
