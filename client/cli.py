@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -249,11 +250,17 @@ def serve(
     """Run the API only (uvicorn service.app:app); settings from FUSEWIRE_* env."""
     import uvicorn
 
+    metrics_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # counters from every worker process in one /metrics (prometheus-client multiprocess mode)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="fusewire-metrics-")
-    uvicorn.run("service.app:app", host=host, port=port, workers=workers, log_level=log_level,
-                access_log=False, timeout_graceful_shutdown=10)
+        metrics_dir = tempfile.mkdtemp(prefix="fusewire-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    try:
+        uvicorn.run("service.app:app", host=host, port=port, workers=workers, log_level=log_level,
+                    access_log=False, timeout_graceful_shutdown=10)
+    finally:
+        if metrics_dir is not None:  # ours, not one the operator set: gone with the server
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 @app.command()

@@ -131,3 +131,24 @@ def test_compile_local_reports_bad_graphs(tmp_path):
     result = fusewire("compile", str(graph), "--local")
     assert result.returncode == 2
     assert "nodes[0] 's'.args[0]" in result.stderr and "missing" in result.stderr
+
+
+def test_serve_with_several_workers_removes_its_metrics_folder_on_exit(tmp_path):
+    port = free_port()
+    env = clean_env(TMPDIR=str(tmp_path), FUSEWIRE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    server = subprocess.Popen([sys.executable, "-m", "client.cli", "serve", "--workers", "2", "--port", str(port),
+                               "--log-level", "warning"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def answering():
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code in (200, 503)
+            except httpx.HTTPError:
+                return False
+
+        wait_for(answering, 60, "the API")
+        assert list(tmp_path.glob("fusewire-metrics-*"))  # prometheus multiprocess mode, in a folder of its own
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    assert not list(tmp_path.glob("fusewire-metrics-*"))
