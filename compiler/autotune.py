@@ -30,6 +30,8 @@ from compiler.codegen import Generated, generate_kernel
 from compiler.codegen.aot import build_cubins
 from compiler.codegen.plan import build_plan, launch_grid
 from compiler.options import CompileOptions
+from compiler.dependencies import ReadWrites
+from compiler.ir import Program
 from compiler.scheduler import KernelGroup, Schedule
 
 WARMUP = 3
@@ -58,7 +60,8 @@ class MemoryTuningCache:
         self._entries.setdefault(key, value)
 
 
-Timer = Callable[[Any, dict[str, tuple[int, str]]], float]  # (kernel with cubin, buffer sizes) -> ms
+BufferSpec = tuple[int, str, "int | None"]  # elements of storage, dtype, bound of its values when they are indices
+Timer = Callable[[Any, dict[str, BufferSpec]], float]  # (kernel with cubin, buffers to allocate) -> ms
 Regenerate = Callable[[Any, dict], Any]  # (kernel, config) -> the kernel's source written for that config
 
 
@@ -67,7 +70,7 @@ def tune_and_build(generated: Generated, schedule: Schedule, target: str, option
     """`spent_s`: time benchmark-driven fusion already took from the graph's tuning budget."""
     if not target.startswith("cuda:"):
         return generated
-    dtypes, sizes = schedule.program.buffer_dtypes(), schedule.program.buffer_sizes()
+    dtypes, sizes = schedule.program.buffer_dtypes(), benchmark_buffers(schedule.program, schedule.read_writes)
     remaining = options.model_copy(update={"autotune_budget_s": max(0.0, options.autotune_budget_s - spent_s)})
     groups = {step.name: step for step in schedule.steps if isinstance(step, KernelGroup)}
 
@@ -79,6 +82,18 @@ def tune_and_build(generated: Generated, schedule: Schedule, target: str, option
     build_cubins([k for k in generated.kernels if k.cubin is None], dtypes, target)
     generated.plan = build_plan(schedule, {k.name: k for k in generated.kernels})  # grids follow the configs
     return generated
+
+
+def benchmark_buffers(program: Program, read_writes: dict[str, ReadWrites]) -> dict[str, BufferSpec]:
+    """What timing allocates per buffer. Floats are random normal; integers read as indices (as
+    loaded, not computed on) are random below the smallest size they index, so gathers scatter as
+    they do in training instead of all hitting one row; other integers are zeros."""
+    bounds: dict[str, int] = {}
+    for rw in read_writes.values():
+        for buffer, size in rw.index_bounds.items():
+            bounds[buffer] = min(size, bounds.get(buffer, size))
+    # 0: some kernel computes on the values before indexing with them, so only zeros are known safe
+    return {name: (b.layout.storage_numel(), b.dtype, bounds.get(name) or None) for name, b in program.buffers.items()}
 
 
 def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
@@ -136,7 +151,7 @@ class _Tuning:
         return [self.trials[self.known["chosen"]]] if self.known is not None else self.trials
 
 
-def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str, tuple[int, str]], target: str,
+def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str, BufferSpec], target: str,
                      options: CompileOptions, cache: TuningCache | None, timer: Timer | None = None,
                      regenerate: Regenerate | None = None) -> str:
     """Picks each kernel's config (and cubin) in place; returns the manifest's autotune note.
@@ -175,7 +190,7 @@ def _plan(kernel: Any, target: str, cache: TuningCache, regenerate: Regenerate |
     return _Tuning(kernel, candidates, key, cache.get(key), trials)
 
 
-def _decide(tuning: _Tuning, sizes: dict[str, tuple[int, str]], cache: TuningCache, timer: Timer) -> None:
+def _decide(tuning: _Tuning, sizes: dict[str, BufferSpec], cache: TuningCache, timer: Timer) -> None:
     if tuning.known is not None:
         chosen, timings = tuning.known["chosen"], tuning.known["ms"]
     else:
@@ -207,7 +222,7 @@ def gpu_timer(target: str) -> Timer | None:
     return time_kernel
 
 
-def time_kernel(kernel: Any, sizes: dict[str, tuple[int, str]]) -> float:
+def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
     """Median ms per launch of the kernel's cubin. Launches are timed in batches between two CUDA
     events (about BATCH_MS each, so event overhead and clock jitter stay small against short
     kernels), REPEATS batches, the two input sets alternating launch by launch."""
@@ -235,10 +250,13 @@ def time_kernel(kernel: Any, sizes: dict[str, tuple[int, str]]) -> float:
     return times[len(times) // 2]
 
 
-def _random_buffer(numel: int, dtype: str) -> Any:
+def _random_buffer(numel: int, dtype: str, index_bound: int | None = None) -> Any:
     import torch
 
     torch_dtype = getattr(torch, dtype)
+    shape = (max(numel, 1),)
     if torch_dtype.is_floating_point:
-        return torch.randn(max(numel, 1), device="cuda", dtype=torch.float32).to(torch_dtype)
-    return torch.zeros(max(numel, 1), device="cuda", dtype=torch_dtype)  # zeros are valid indices
+        return torch.randn(shape, device="cuda", dtype=torch.float32).to(torch_dtype)
+    if index_bound and torch_dtype != torch.bool:
+        return torch.randint(0, index_bound, shape, device="cuda", dtype=torch_dtype)
+    return torch.zeros(shape, device="cuda", dtype=torch_dtype)  # zeros are valid wherever they end up

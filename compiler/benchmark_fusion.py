@@ -22,7 +22,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from compiler.autotune import Timer, gpu_timer
+from compiler.autotune import Timer, benchmark_buffers, gpu_timer
 from compiler.codegen import generate_kernel
 from compiler.codegen.aot import build_cubins
 from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
@@ -67,7 +67,7 @@ class FusionBenchmarker:
         if why is None or self.spent_s > self.budget_s:
             return None
         started = time.perf_counter()
-        dtypes, sizes = program.buffer_dtypes(), program.buffer_sizes()
+        dtypes, sizes = program.buffer_dtypes(), benchmark_buffers(program, read_writes)
         kernels = [self._kernel(group, read_writes, program, dtypes) for group in (fused, first, second)]
         build_cubins(kernels, dtypes, self.target)
         fused_ms, *parts_ms = [self.timer(kernel, sizes) for kernel in kernels]
@@ -102,7 +102,7 @@ class FusionBenchmarker:
     def _kernel_times(self, schedule: Schedule) -> list[float]:
         from compiler.codegen import generate
 
-        dtypes, sizes = schedule.program.buffer_dtypes(), schedule.program.buffer_sizes()
+        dtypes, sizes = schedule.program.buffer_dtypes(), benchmark_buffers(schedule.program, schedule.read_writes)
         kernels = generate(schedule, self.target).kernels
         build_cubins(kernels, dtypes, self.target)
         return [self.timer(kernel, sizes) for kernel in kernels]

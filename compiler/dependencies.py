@@ -40,6 +40,7 @@ Dep = MemoryDep | StarDep
 class ReadWrites:
     reads: set[Dep] = field(default_factory=set)
     writes: set[Dep] = field(default_factory=set)
+    index_bounds: dict[str, int] = field(default_factory=dict)  # buffer read as indices -> size they index
 
     def read_buffers(self) -> set[str]:
         return {d.buffer for d in self.reads}
@@ -48,14 +49,24 @@ class ReadWrites:
         return {d.buffer for d in self.writes}
 
 
+@dataclass(frozen=True)
 class _Value:
-    """Placeholder value; recording cares only about loads."""
+    """Placeholder value: the buffers whose loads flow into it, and whether it is still one of
+    their elements as loaded (only converted or selected), not computed from them."""
+
+    sources: frozenset[str] = frozenset()
+    as_loaded: bool = False
+
+
+def _computed(*values: Any) -> _Value:
+    return _Value(frozenset().union(*(v.sources for v in values if isinstance(v, _Value))))
 
 
 class DependencyRecorder:
     def __init__(self, ranges: tuple[int, ...]) -> None:
         self.ranges = ranges
         self.reads: set[Dep] = set()
+        self.index_bounds: dict[str, int] = {}
         self._indirect = 0
 
     def load(self, name: str, index: Expr) -> _Value:
@@ -63,19 +74,33 @@ class DependencyRecorder:
             self.reads.add(StarDep(name))
         else:
             self.reads.add(MemoryDep(name, sympy.expand(index), self.ranges))
-        return _Value()
+        return _Value(frozenset({name}), as_loaded=True)
 
     def indirect(self, value: Any, size: int) -> sympy.Symbol:
+        """Records the size each index buffer indexes; 0 when its values are computed on first
+        (idx * 3): then no fill of the buffer is known to stay in range."""
+        value = value if isinstance(value, _Value) else _Value()
+        for buffer in value.sources:
+            self.index_bounds[buffer] = min(size if value.as_loaded else 0, self.index_bounds.get(buffer, size))
         self._indirect += 1
         return sympy.Symbol(f"indirect{self._indirect}", integer=True)
 
     def masked(self, mask: Any, body: Any, other: Any) -> _Value:
-        body()
-        return _Value()
+        return body()
+
+    def constant(self, value: Any, dtype: str) -> _Value:
+        return _Value(as_loaded=True)  # the graph's own value: in range or not, whatever the inputs
+
+    def to_dtype(self, value: Any, dtype: str, *args: Any) -> _Value:
+        return value if isinstance(value, _Value) else _Value()
+
+    def where(self, condition: Any, a: Any, b: Any) -> _Value:
+        chosen = [v if isinstance(v, _Value) else _Value() for v in (a, b)]
+        return _Value(chosen[0].sources | chosen[1].sources, chosen[0].as_loaded and chosen[1].as_loaded)
 
     def __getattr__(self, name: str) -> Any:
-        if name in UNARY_OPS or name in BINARY_OPS or name in ("constant", "index_expr", "to_dtype", "where"):
-            return lambda *args, **kwargs: _Value()
+        if name in UNARY_OPS or name in BINARY_OPS or name == "index_expr":
+            return lambda *args, **kwargs: _computed(*args)
         raise AttributeError(name)
 
 
@@ -97,4 +122,4 @@ def extract_read_writes(node: Node) -> ReadWrites:
     for store in node.stores:
         out_index = store.layout.index(index)
         writes.add(MemoryDep(store.buffer.name, sympy.expand(out_index), node.ranges + node.reduction_ranges))
-    return ReadWrites(recorder.reads, writes)
+    return ReadWrites(recorder.reads, writes, recorder.index_bounds)

@@ -174,7 +174,3 @@ class Program:
 
     def buffer_dtypes(self) -> dict[str, str]:
         return {name: b.dtype for name, b in self.buffers.items()}
-
-    def buffer_sizes(self) -> dict[str, tuple[int, str]]:
-        """(elements of storage, dtype) per buffer: what a benchmark allocates for it."""
-        return {name: (b.layout.storage_numel(), b.dtype) for name, b in self.buffers.items()}

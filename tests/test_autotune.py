@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import compiler
-from compiler.autotune import MemoryTuningCache, autotune_kernels, candidate_configs
+from compiler.autotune import MemoryTuningCache, autotune_kernels, benchmark_buffers, candidate_configs
 from compiler.codegen import generate_kernel
 from compiler.lowering import lower
 from compiler.options import CompileOptions
@@ -20,7 +20,7 @@ TARGET = "cuda:sm_90"
 def softmax_kernel():
     program = lower(load_graph("softmax_fp32"))
     scheduled = schedule(program, CompileOptions())
-    dtypes, sizes = program.buffer_dtypes(), program.buffer_sizes()
+    dtypes, sizes = program.buffer_dtypes(), benchmark_buffers(program, scheduled.read_writes)
     group = next(s for s in scheduled.steps if isinstance(s, KernelGroup))
     return generate_kernel(group, scheduled, dtypes, TARGET), dtypes, sizes
 
@@ -246,3 +246,19 @@ def test_a_candidate_replaces_the_heuristic_only_when_clearly_faster(speedup, re
     timer = lambda trial, _: 1.0 - speedup if trial.config == candidates[1] else 1.0  # noqa: E731
     autotune_kernels([kernel], dtypes, sizes, TARGET, CompileOptions(), MemoryTuningCache(), timer)
     assert kernel.config == (candidates[1] if replaces else candidates[0])
+
+
+def test_timing_gives_index_buffers_random_values_below_the_size_they_index():
+    import torch
+    import torch.nn.functional as F
+
+    weight, idx, shifted, counts = (torch.randn(37, 8), torch.randint(0, 37, (100,)), torch.randint(0, 30, (6,)),
+                                    torch.randint(0, 5, (6,)))
+    fn = lambda w, i, s, c: (F.embedding(i, w), w[i[:6]], w[s + 3], c + 1)  # noqa: E731
+    program = lower(_trace(fn, weight, idx, shifted, counts))
+    specs = benchmark_buffers(program, schedule(program, CompileOptions()).read_writes)
+    weight_spec, idx_spec, shifted_spec, counts_spec = [specs[b.name] for b in program.inputs]
+    assert weight_spec[2] is None and weight_spec[1] == "float32"  # floats: random normal
+    assert idx_spec[2] == 37  # rows of the 37-row weight, twice
+    assert shifted_spec[2] is None  # computed on (s + 3) before indexing: random values could overflow
+    assert counts_spec[2] is None  # an integer input that indexes nothing
