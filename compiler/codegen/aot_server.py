@@ -14,9 +14,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-CONSTEXPRS = ("xnumel", "rnumel", "XBLOCK", "RBLOCK")
-
-
 def _compile_entry(entry: dict[str, Any]) -> None:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -27,7 +24,7 @@ def _compile_entry(entry: dict[str, Any]) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     fn = getattr(module, entry["name"])
-    signature = dict(entry["signature"]) | {name: "constexpr" for name in CONSTEXPRS}
+    signature = dict(entry["signature"]) | {name: "constexpr" for name in entry["constants"]}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(entry["signature"]))}
     source = ASTSource(fn, signature, constexprs=entry["constants"], attrs=attrs)
     compiled = triton.compile(source, target=target,
