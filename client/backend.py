@@ -253,8 +253,7 @@ class GraphFunction:
         placeholders = gm.graph.find_nodes(op="placeholder")
         self.has_work = any(n.op == "call_function" for n in gm.graph.nodes)
         self.static = all(_is_static_tensor(p.meta.get("val")) for p in placeholders) and all(
-            not isinstance(leaf, torch.fx.Node) or _is_static_tensor(leaf.meta.get("val"), missing=True)
-            for leaf in self.out_leaves)
+            _is_number_leaf(leaf) or _is_static_tensor(leaf.meta.get("val"), missing=True) for leaf in self.out_leaves)
 
     def __call__(self, args: list) -> Any:
         if self.eager_reason is not None or not self.has_work:
@@ -309,15 +308,17 @@ class GraphFunction:
         return _Variant(runner, tensor_positions, spec, constants)
 
     def _constants(self) -> dict[int, Any]:
-        """Output leaves that are not graph values (None, numbers): re-inserted after each run."""
-        return {i: leaf for i, leaf in enumerate(self.out_leaves) if not isinstance(leaf, torch.fx.Node)}
+        """Output leaves that are not tensors (None, numbers, static numbers an op returns such as
+        flash attention's max_q): re-inserted after each run."""
+        return {i: leaf.meta["val"] if isinstance(leaf, torch.fx.Node) else leaf
+                for i, leaf in enumerate(self.out_leaves) if _is_number_leaf(leaf)}
 
     def _strip_outputs(self) -> torch.fx.GraphModule:
         """A copy of `gm` whose output holds only its tensor outputs, in order."""
         graph = torch.fx.Graph()
         env: dict[torch.fx.Node, torch.fx.Node] = {}
         graph.graph_copy(self.gm.graph, env)
-        graph.output(tuple(env[leaf] for leaf in self.out_leaves if isinstance(leaf, torch.fx.Node)))
+        graph.output(tuple(env[leaf] for leaf in self.out_leaves if not _is_number_leaf(leaf)))
         return torch.fx.GraphModule(self.gm, graph)
 
     def _specialise(self, inputs: Sequence[Any]):
@@ -399,6 +400,14 @@ def _is_static_tensor(value: Any, missing: bool = False) -> bool:
         return missing
     return isinstance(value, torch.Tensor) and not any(
         isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+
+
+def _is_number_leaf(leaf: Any) -> bool:
+    """An output leaf that is no tensor: a literal, or a node whose value is a plain (static) number."""
+    if not isinstance(leaf, torch.fx.Node):
+        return True
+    value = leaf.meta.get("val")
+    return isinstance(value, (bool, int, float)) and not isinstance(value, torch.Tensor)
 
 
 def _is_symbolic(value: Any) -> bool:

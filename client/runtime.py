@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from client import default_cache_dir
-from compiler.artifact import Artifact
+from compiler.artifact import Artifact, constant_file
 
 ALLOWED_NAMESPACES = ("aten", "prims")
 
@@ -45,12 +45,14 @@ class CompiledGraph:
         self.cache_dir = cache_dir
         self.plan = artifact.plan
         self._kernels: dict[str, dict[str, Any]] = {}  # device type -> name -> launcher
+        self._constants: dict[torch.device, dict[str, torch.Tensor]] = {}  # device -> buffer -> values
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         self._check_inputs(inputs)
         device = inputs[0].device if inputs else torch.device("cpu")
         kernels = self._kernels_for(device)
         env: dict[str, torch.Tensor] = {spec["buffer"]: t for spec, t in zip(self.plan["inputs"], inputs)}
+        env.update(self._constants_on(device))
         kept: dict[str, torch.Tensor] = {}  # freed buffers a later allocation reuses
         for step in self.plan["steps"]:
             op = step["op"]
@@ -81,6 +83,13 @@ class CompiledGraph:
             if got != want and not _equivalent_strides(tensor, spec):
                 raise RuntimeError_(f"input {i}: compiled for shape/stride/dtype {want}, got {got}")
 
+    def _constants_on(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The graph's constants on `device`, made once from the artifact's bytes."""
+        if device not in self._constants:
+            self._constants[device] = {entry["buffer"]: _constant(self.artifact.files[constant_file(entry)], entry, device)
+                                       for entry in self.plan.get("constants", [])}
+        return self._constants[device]
+
     def _kernels_for(self, device: torch.device) -> dict[str, Any]:
         if device.type not in self._kernels:
             self._kernels[device.type] = {k["name"]: _load_kernel(self.artifact, k, device, self.cache_dir)
@@ -105,10 +114,18 @@ class CompiledGraph:
         kwargs = {k: _extern_value(v, env, device) for k, v in step["kwargs"].items()}
         result = op(*args, **kwargs)
         results = [result] if isinstance(result, torch.Tensor) else list(result)
+        if "positions" in step:
+            results = [results[i] for i in step["positions"]]
         for buffer, tensor, layout in zip(step["outputs"], results, step["layouts"]):
             if list(tensor.stride()) != layout["stride"] and tensor.numel() > 1:
                 tensor = torch.empty_strided(layout["size"], layout["stride"], dtype=tensor.dtype, device=device).copy_(tensor)
             env[buffer] = tensor
+
+
+def _constant(raw: bytes, entry: dict[str, Any], device: torch.device) -> torch.Tensor:
+    dtype = getattr(torch, entry["dtype"])
+    flat = torch.frombuffer(bytearray(raw), dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+    return flat.to(device)
 
 
 def _equivalent_strides(tensor: torch.Tensor, spec: dict[str, Any]) -> bool:

@@ -73,11 +73,19 @@ class Artifact:
             for role in ("source", "cubin"):
                 if kernel.get(role) and kernel[role] not in entries:
                     raise ArtifactError(f"manifest names {kernel[role]} for kernel {kernel.get('name')}, which is missing")
+        for constant in manifest.get("plan", {}).get("constants", []):
+            if constant_file(constant) not in entries:
+                raise ArtifactError(f"manifest names constant {constant.get('constant')}, whose file is missing")
         return cls(manifest=manifest, files=entries)
 
     @property
     def digest(self) -> str:
         return digest_of(self.to_bytes())
+
+
+def constant_file(entry: dict[str, Any]) -> str:
+    """The file holding a plan constant's raw bytes."""
+    return f"constants/{int(entry['constant'])}.bin"
 
 
 def digest_of(blob: bytes) -> str:
@@ -101,4 +109,7 @@ def build_artifact(graph: "Graph", target: str, options: "CompileOptions", gener
         "plan": generated.plan,
         "autotune": generated.autotune_note,
     }
-    return Artifact(manifest=manifest, files=dict(generated.files))
+    files = dict(generated.files)
+    for entry in generated.plan.get("constants", []):
+        files[constant_file(entry)] = graph.constants[entry["constant"]].raw_bytes()
+    return Artifact(manifest=manifest, files=files)

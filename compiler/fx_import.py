@@ -9,6 +9,7 @@ against).
 
 from __future__ import annotations
 
+import base64
 import math
 import operator
 from typing import Any, Callable, Sequence
@@ -17,8 +18,8 @@ import torch
 import torch.fx
 
 from compiler.graph import (
-    NON_FINITE, DeviceArg, DtypeArg, FloatArg, Graph, GraphValidationError, LayoutArg, MemoryFormatArg, Node,
-    Ref, TensorSpec, validate_graph,
+    DTYPES, NON_FINITE, ConstantSpec, DeviceArg, DtypeArg, FloatArg, Graph, GraphValidationError, LayoutArg,
+    MemoryFormatArg, Node, Ref, TensorSpec, validate_graph,
 )
 from compiler.options import Limits
 
@@ -47,12 +48,15 @@ def from_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
         raise ConversionError(f"graph has {len(placeholders)} inputs, {len(example_inputs)} example inputs given")
     inputs = [_tensor_spec(n, t) for n, t in zip(placeholders, example_inputs)]
     refs: dict[torch.fx.Node, Ref] = {n: Ref(ref=spec.name) for n, spec in zip(placeholders, inputs)}
+    constants = _Constants()
     nodes: list[Node] = []
     outputs: list[Ref] = []
     for fx_node in gm.graph.nodes:
         if fx_node.op == "placeholder":
             continue
-        if fx_node.op == "output":
+        if fx_node.op == "get_attr":
+            refs[fx_node] = constants.add(_attribute(gm, fx_node), _wire_name(fx_node.name), fx_node)
+        elif fx_node.op == "output":
             outputs = [_output_ref(value, i, refs) for i, value in enumerate(_flatten(fx_node.args[0]))]
         elif fx_node.op == "call_function" and fx_node.target is operator.getitem:
             source, index = fx_node.args
@@ -62,13 +66,13 @@ def from_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
             nodes.append(Node(
                 name=name,
                 target=str(fx_node.target),
-                args=[_to_arg(a, fx_node, refs) for a in fx_node.args],
-                kwargs={k: _to_arg(v, fx_node, refs) for k, v in fx_node.kwargs.items()},
+                args=[_to_arg(a, fx_node, refs, constants) for a in fx_node.args],
+                kwargs={k: _to_arg(v, fx_node, refs, constants) for k, v in fx_node.kwargs.items()},
             ))
             refs[fx_node] = Ref(ref=name)
         else:
             raise _not_an_op(fx_node)
-    graph = Graph(version=1, inputs=inputs, nodes=nodes, outputs=outputs)
+    graph = Graph(version=1, inputs=inputs, nodes=nodes, outputs=outputs, constants=constants.specs)
     try:
         validate_graph(graph, Limits())
     except GraphValidationError as exc:
@@ -76,13 +80,58 @@ def from_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
     return graph
 
 
+class _Constants:
+    """Tensors captured with the graph (get_attr nodes, tensors inside arguments), one spec each."""
+
+    def __init__(self) -> None:
+        self.specs: list[ConstantSpec] = []
+        self._seen: dict[int, Ref] = {}
+
+    def add(self, tensor: Any, name: str, owner: torch.fx.Node) -> Ref:
+        if id(tensor) in self._seen:
+            return self._seen[id(tensor)]
+        self.specs.append(constant_spec(tensor, name, owner))
+        self._seen[id(tensor)] = ref = Ref(ref=name)
+        return ref
+
+
+def _attribute(gm: torch.fx.GraphModule, fx_node: torch.fx.Node) -> Any:
+    value: Any = gm
+    for part in str(fx_node.target).split("."):
+        value = getattr(value, part)
+    return value
+
+
+def constant_spec(tensor: Any, name: str, owner: torch.fx.Node | None = None) -> ConstantSpec:
+    """A captured tensor as a wire constant: its values, contiguous, little-endian, base64."""
+    where = f"node '{owner.name}'" if owner is not None else f"constant '{name}'"
+    if not isinstance(tensor, torch.Tensor):
+        raise ConversionError(f"{where} reads {type(tensor).__name__}, not a tensor; wire constants are tensors")
+    dtype = dtype_name(tensor.dtype)
+    if dtype not in DTYPES:
+        raise ConversionError(f"{where} holds a constant tensor of dtype {dtype}, which wire format v1 has no name for")
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+    if isinstance(tensor, FakeTensor) or tensor.device.type == "meta":
+        raise ConversionError(f"{where} holds a constant tensor with no data (fake or meta)")
+    with unset_fake_temporarily():
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return ConstantSpec(name=name, dtype=dtype, shape=list(tensor.shape), data=base64.b64encode(raw).decode())
+
+
+def constant_tensor(spec: ConstantSpec, device: str | torch.device = "cpu") -> torch.Tensor:
+    """The tensor a wire constant holds, with its strides, on `device`."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    dtype = torch_dtype(spec.dtype)
+    raw = spec.raw_bytes()
+    with unset_fake_temporarily():  # real data even when called while a fake mode traces (in-process compiles)
+        flat = torch.frombuffer(bytearray(raw), dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        return torch.as_strided(flat, spec.shape, spec.strides()).to(device)
+
+
 def _not_an_op(fx_node: torch.fx.Node) -> ConversionError:
-    if fx_node.op == "get_attr":
-        users = ", ".join(f"'{user.name}'" for user in fx_node.users) or "no node"
-        return ConversionError(
-            f"node '{fx_node.name}' reads the module attribute '{fx_node.target}' (a constant tensor captured "
-            f"from the traced function, used by {users}); wire format v1 has no constants: pass it as an input"
-        )
     return ConversionError(
         f"node '{fx_node.name}' ({fx_node.op} {fx_node.target}) is not an ATen op call; "
         "capture the function with make_fx or aot_autograd so that it holds ATen ops only"
@@ -116,16 +165,15 @@ def _output_ref(value: Any, position: int, refs: dict[torch.fx.Node, Ref]) -> Re
     return refs[value]
 
 
-def _to_arg(value: Any, owner: torch.fx.Node, refs: dict[torch.fx.Node, Ref]) -> Any:
+def _to_arg(value: Any, owner: torch.fx.Node, refs: dict[torch.fx.Node, Ref], constants: _Constants) -> Any:
     if isinstance(value, torch.fx.Node):
         if value not in refs:
             raise ConversionError(f"node '{owner.name}' uses '{value.name}', which is not a tensor the wire format can name")
         return refs[value]
     if isinstance(value, (list, tuple)):
-        return [_to_arg(v, owner, refs) for v in value]
+        return [_to_arg(v, owner, refs, constants) for v in value]
     if isinstance(value, torch.Tensor):
-        raise ConversionError(f"node '{owner.name}' takes a constant tensor of shape {list(value.shape)} as an argument; "
-                              "wire format v1 has no constants: pass it as an input")
+        return constants.add(value, f"_fw_const{len(constants.specs)}", owner)
     try:
         return scalar_arg(value)
     except TypeError:
@@ -197,6 +245,7 @@ def run_eager(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor
     if any(op._schema.is_mutable for op in ops):
         inputs = [_copy_strided(t) for t in inputs]
     env: dict[str, Any] = {spec.name: tensor for spec, tensor in zip(graph.inputs, inputs)}
+    env.update({spec.name: constant_tensor(spec, device) for spec in graph.constants})
     for node, op in zip(graph.nodes, ops):
         args = [from_arg(a, env, device) for a in node.args]
         kwargs = {k: from_arg(v, env, device) for k, v in node.kwargs.items()}

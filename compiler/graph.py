@@ -11,6 +11,8 @@ it is, so the API can return it as a 4xx unchanged.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import math
@@ -28,6 +30,7 @@ from compiler.version import ABI_VERSION
 DTYPES: dict[str, int] = {
     "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "uint16": 2, "uint32": 4, "uint64": 8,  # v1.1; ops on these run as ATen calls (e.g. flash attention's RNG state)
 }
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 TARGET_PATTERN = re.compile(r"^(cpu|cuda:sm_[0-9]{2,3}a?)$")
@@ -108,6 +111,16 @@ class TensorSpec(_Strict):
         return self.stride if self.stride is not None else contiguous_strides(self.shape)
 
 
+class ConstantSpec(TensorSpec):
+    """A tensor captured with the graph (wire format v1.1): a TensorSpec plus its storage's raw
+    bytes, little-endian, base64. Referred to by name like an input; its bytes are part of the key."""
+
+    data: str
+
+    def raw_bytes(self) -> bytes:
+        return base64.b64decode(self.data, validate=True)
+
+
 class Node(_Strict):
     """One ATen op call; its outputs are named by `name`."""
 
@@ -139,6 +152,19 @@ class Graph(_Strict):
     inputs: list[TensorSpec]
     nodes: list[Node]
     outputs: list[Ref]
+    constants: list[ConstantSpec] = Field(default_factory=list)  # v1.1; omitted when empty
+
+    @model_serializer(mode="wrap")
+    def _omit_no_constants(self, handler: Any) -> dict:
+        data = handler(self)
+        if not self.constants:
+            data.pop("constants", None)
+        return data
+
+
+def storage_numel(shape: list[int], stride: list[int]) -> int:
+    """Elements a strided tensor's storage spans (0 for an empty tensor)."""
+    return 1 + sum((size - 1) * step for size, step in zip(shape, stride)) if all(shape) else 0
 
 
 def contiguous_strides(shape: list[int]) -> list[int]:
@@ -258,7 +284,7 @@ def _describe_location(loc: list, data: dict) -> str:
     for i, item in enumerate(loc):
         if isinstance(item, int) and parts:
             parts[-1] += f"[{item}]"
-            if i == 1 and loc[0] in ("nodes", "inputs"):
+            if i == 1 and loc[0] in ("nodes", "inputs", "constants"):
                 name = _lookup(data, [loc[0], item, "name"])
                 if isinstance(name, str):
                     parts[-1] += f" '{name}'"
@@ -280,6 +306,7 @@ def validate_graph(graph: Graph, limits: Limits) -> None:
         _check_name(spec.name, where, scope.outputs_of, limits)
         _check_tensor_spec(spec, where, limits)
         scope.outputs_of[spec.name] = 1
+    _check_constants(graph.constants, scope, limits)
     for i, node in enumerate(graph.nodes):
         where = f"nodes[{i}] '{node.name}'"
         _check_name(node.name, where, scope.outputs_of, limits)
@@ -331,9 +358,34 @@ def _check_strides(spec: TensorSpec, where: str, limits: Limits) -> None:
         raise GraphValidationError(f"{where}.stride", f"stride has {len(spec.stride)} entries for a shape of rank {len(spec.shape)}")
     if any(s < 0 for s in spec.stride):
         raise GraphValidationError(f"{where}.stride", f"strides must be >= 0, got {spec.stride}")
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(spec.shape, spec.stride)) if all(spec.shape) else 0
+    extent = storage_numel(spec.shape, spec.stride)
     if extent > limits.max_numel:
         raise GraphValidationError(f"{where}.stride", f"strides {spec.stride} span {extent} elements of storage, over the limit of {limits.max_numel}")
+
+
+def _check_constants(constants: list[ConstantSpec], scope: "_Scope", limits: Limits) -> None:
+    if len(constants) > limits.max_constants:
+        raise GraphValidationError("constants", f"{len(constants)} constants, over the limit of {limits.max_constants}")
+    total = 0
+    for i, spec in enumerate(constants):
+        where = f"constants[{i}] '{spec.name}'"
+        _check_name(spec.name, where, scope.outputs_of, limits)
+        _check_tensor_spec(spec, where, limits)
+        expected = storage_numel(spec.shape, spec.strides()) * DTYPES[spec.dtype]
+        if len(spec.data) > 4 * (-(-limits.max_constant_bytes // 3)):
+            raise GraphValidationError(f"{where}.data", f"over the limit of {limits.max_constant_bytes} bytes per constant")
+        try:
+            raw = spec.raw_bytes()
+        except (binascii.Error, ValueError):
+            raise GraphValidationError(f"{where}.data", "not valid base64") from None
+        if len(raw) != expected:
+            raise GraphValidationError(f"{where}.data", f"holds {len(raw)} bytes; shape {spec.shape}, strides "
+                                       f"{spec.strides()} and dtype {spec.dtype} need {expected}")
+        total += len(raw)
+        if total > limits.max_constants_bytes:
+            raise GraphValidationError(f"{where}.data", f"constants hold {total} bytes so far, over the limit of "
+                                       f"{limits.max_constants_bytes} per graph")
+        scope.outputs_of[spec.name] = 1
 
 
 def _check_target(node: Node, where: str) -> OpSchema:
@@ -437,6 +489,7 @@ def parse_options(options: CompileOptions | dict | None) -> CompileOptions:
 def canonical_graph(graph: Graph) -> dict:
     """The graph with names replaced by position (i0.., n0..) and strides made explicit."""
     rename = {spec.name: f"i{i}" for i, spec in enumerate(graph.inputs)}
+    rename.update({spec.name: f"c{i}" for i, spec in enumerate(graph.constants)})
     rename.update({node.name: f"n{i}" for i, node in enumerate(graph.nodes)})
 
     def arg(value: Any) -> Any:
@@ -450,7 +503,7 @@ def canonical_graph(graph: Graph) -> dict:
             return {"float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
         return value
 
-    return {
+    canonical = {
         "version": graph.version,
         "inputs": [{"dtype": s.dtype, "shape": s.shape, "stride": s.strides()} for s in graph.inputs],
         "nodes": [
@@ -459,6 +512,11 @@ def canonical_graph(graph: Graph) -> dict:
         ],
         "outputs": [arg(ref) for ref in graph.outputs],
     }
+    if graph.constants:  # absent from v1.0 graphs, so their keys are unchanged
+        canonical["constants"] = [
+            {"dtype": c.dtype, "shape": c.shape, "stride": c.strides(),
+             "sha256": hashlib.sha256(c.raw_bytes()).hexdigest()} for c in graph.constants]
+    return canonical
 
 
 def canonical_json(value: Any) -> str:

@@ -74,7 +74,7 @@ class Buffer:
 
     name: str
     layout: Layout
-    kind: str  # "input" | "computed" | "extern"
+    kind: str  # "input" | "constant" | "computed" | "extern"
 
     @property
     def dtype(self) -> str:
@@ -133,9 +133,10 @@ class ExternNode:
     target: str
     args: list[Any]
     kwargs: dict[str, Any]
-    outputs: list[Buffer]  # one per tensor the op returns (flattened)
+    outputs: list[Buffer]  # one per tensor the op returns (flattened), except those it leaves out
     mutated: list[Buffer] = field(default_factory=list)  # inputs the op writes in place
     origins: list[str] = field(default_factory=list)
+    output_positions: list[int] | None = None  # each output's position among the op's results; None: 0, 1, ...
 
     def tensor_args(self) -> list[TensorArg]:
         found: list[TensorArg] = []
@@ -165,12 +166,14 @@ class GraphOutput:
 
 @dataclass
 class Program:
-    """What lowering hands the scheduler: input buffers, nodes in program order, outputs."""
+    """What lowering hands the scheduler: input buffers, nodes in program order, outputs, and the
+    buffers that hold the graph's constants (buffer name -> position in the wire graph's constants)."""
 
     inputs: list[Buffer]
     nodes: list[Node]
     outputs: list[GraphOutput]
     buffers: dict[str, Buffer]
+    constants: dict[str, int] = field(default_factory=dict)
 
     def buffer_dtypes(self) -> dict[str, str]:
         return {name: b.dtype for name, b in self.buffers.items()}

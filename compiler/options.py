@@ -27,3 +27,6 @@ class Limits(BaseModel):
     max_numel: int = 2**36
     max_name_length: int = 200
     max_list_length: int = 4096
+    max_constants: int = 1024
+    max_constant_bytes: int = 4 * 1024 * 1024  # raw bytes of one constant (base64 adds a third)
+    max_constants_bytes: int = 8 * 1024 * 1024  # all constants of one graph together

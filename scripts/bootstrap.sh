@@ -19,6 +19,9 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
     echo "[bootstrap] installing torch 2.13.0 (CPU), triton 3.6.0 and fusewire[dev]"
     # torch first, pinned: the project's range would otherwise pull a multi-GB CUDA build.
     "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 triton==3.6.0
+    # timm (the model zoo) needs torchvision: the release built for torch 2.13, without its
+    # dependencies, which would replace the CPU torch (tests/models/zoo.py says more).
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps torchvision==0.28.0
     "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[dev]"
     echo "$want" > "$STAMP"
 fi

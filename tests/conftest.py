@@ -1,5 +1,6 @@
-"""Session fixtures shared by tests/service and tests/client: a REAL redis-server on a free
-port, the service settings pointing at it, its Store, and a REAL Celery worker subprocess.
+"""Session fixtures shared by tests/service, tests/client and tests/models: a REAL redis-server
+on a free port, the service settings pointing at it, its Store, a REAL Celery worker subprocess,
+and the real API as a uvicorn subprocess (the backend speaks HTTP).
 
 They live here, above both folders, so that one redis-server and one worker serve the whole
 session (a fixture defined in two sibling conftests would start two of each). Helpers are in
@@ -8,14 +9,16 @@ tests/service/svc_helpers.py, imported lazily so that compiler-only runs do not 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-_SERVICE_TESTS = str(Path(__file__).resolve().parent / "service")
-if _SERVICE_TESTS not in sys.path:
-    sys.path.insert(0, _SERVICE_TESTS)  # `import svc_helpers`, the same module the service tests import
+for _folder in ("service", "client"):  # `import svc_helpers` / `client_helpers`: the modules those tests import
+    _path = str(Path(__file__).resolve().parent / _folder)
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +58,43 @@ def celery_worker(settings, store, tmp_path_factory):
         yield worker.wait_ready(store)
     finally:
         worker.stop()
+
+
+@pytest.fixture(scope="session")
+def api_server(settings, celery_worker, tmp_path_factory):
+    from client_helpers import ApiServer
+
+    server = ApiServer(settings, tmp_path_factory.mktemp("api") / "api.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def compiles(store):
+    """How many compiles the workers have started so far (Redis counter the workers keep)."""
+    return lambda: int(store.redis.get(store.k("stats", "compiles")) or 0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_dir(tmp_path_factory):
+    """The runtime writes kernel sources under FUSEWIRE_CACHE_DIR/kernels: keep them out of ~/.cache."""
+    path = tmp_path_factory.mktemp("kernels")
+    old = os.environ.get("FUSEWIRE_CACHE_DIR")
+    os.environ["FUSEWIRE_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("FUSEWIRE_CACHE_DIR", None)
+    else:
+        os.environ["FUSEWIRE_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles from scratch (and never meets dynamo's recompile limit)."""
+    dynamo = sys.modules.get("torch._dynamo")  # tests that never compiled have nothing to reset
+    if dynamo is not None:
+        dynamo.reset()
+    yield
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()

@@ -115,17 +115,6 @@ def test_non_tensor_output_is_refused():
         from_fx(make_fx(lambda x: (x * 2, None))(x), [x])
 
 
-def test_constant_tensor_is_refused():
-    x, constant = torch.randn(4), torch.arange(4.0)
-    gm = make_fx(lambda x: x + constant)(x)
-    with pytest.raises(ConversionError) as exc:
-        from_fx(gm, [x])
-    assert str(exc.value) == (
-        "node '_tensor_constant0' reads the module attribute '_tensor_constant0' (a constant tensor captured "
-        "from the traced function, used by 'add'); wire format v1 has no constants: pass it as an input"
-    )
-
-
 def test_non_aten_call_is_refused():
     gm = torch.fx.symbolic_trace(lambda x: torch.relu(x) + 1)  # torch-level, not ATen-level
     with pytest.raises(ConversionError) as exc:

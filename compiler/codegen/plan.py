@@ -1,6 +1,7 @@
 """The launch plan: the ordered steps the runtime follows, as plain data.
 
-    {"inputs": [...], "buffers": {name: {numel, dtype}}, "steps": [
+    {"inputs": [...], "constants": [{buffer, constant, size, stride, offset, dtype}],
+     "buffers": {name: {numel, dtype}}, "steps": [
         {"op": "alloc", "buffer": ...},
         {"op": "kernel", "kernel": name, "args": [buffer...], "xnumel", "rnumel", "grid": [...], "config": {...}},
         {"op": "extern", "target": "aten.mm.default", "args": [...], "kwargs": {...}, "outputs": [...]},
@@ -9,7 +10,9 @@
 
 A buffer is allocated right before its first writer and freed right after its last
 reader; graph inputs, outputs and extern results (ATen allocates those) are never
-allocated by the plan.
+allocated by the plan. A constant's values are the file `constants/<constant>.bin` of
+the artifact (`constant` is its position in the wire graph's constants); the runtime
+puts them on the device once and never frees them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from compiler.scheduler import KernelGroup, Schedule
 
 def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
     program = schedule.program
-    inputs = {b.name for b in program.inputs}
+    inputs = {b.name for b in program.inputs} | set(program.constants)
     outputs = {o.buffer.name for o in program.outputs}
     step_buffers = [_buffers_of(step, kernels) for step in schedule.steps]
     last_use = {name: i for i, used in enumerate(step_buffers) for name in used}
@@ -49,6 +52,8 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
     _mark_kept(steps)
     plan = {
         "inputs": [{"buffer": b.name, **b.layout.to_json()} for b in program.inputs],
+        "constants": [{"buffer": name, "constant": position, **program.buffers[name].layout.to_json()}
+                      for name, position in program.constants.items()],
         "buffers": {name: {"numel": program.buffers[name].layout.storage_numel(), "dtype": program.buffers[name].dtype}
                     for name in sorted(allocated)},
         "steps": steps,
@@ -110,9 +115,12 @@ def _kernel_step(kernel: Any) -> dict[str, Any]:
 
 
 def _extern_step(node: ExternNode) -> dict[str, Any]:
-    return {"op": "extern", "target": node.target, "args": [_extern_arg(a) for a in node.args],
+    step = {"op": "extern", "target": node.target, "args": [_extern_arg(a) for a in node.args],
             "kwargs": {k: _extern_arg(v) for k, v in node.kwargs.items()}, "outputs": [b.name for b in node.outputs],
             "layouts": [b.layout.to_json() for b in node.outputs]}
+    if node.output_positions is not None and node.output_positions != list(range(len(node.outputs))):
+        step["positions"] = node.output_positions  # results the op returns None for are skipped
+    return step
 
 
 def _extern_arg(value: Any) -> Any:

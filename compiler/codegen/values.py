@@ -9,7 +9,7 @@ from typing import Any
 TL_DTYPES = {
     "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16", "float64": "tl.float64",
     "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8", "uint8": "tl.uint8",
-    "bool": "tl.int1",
+    "bool": "tl.int1", "uint16": "tl.uint16", "uint32": "tl.uint32", "uint64": "tl.uint64",
 }
 _PROMOTION = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 

@@ -8,7 +8,8 @@ Each wire node is lowered by the first of these that applies:
 3. an Extern node: the ATen op runs as is at run time. An op is never a compile failure
    for lack of a lowering.
 In-place ops (`add_`, `copy_`, ...) lower their functional twin and store the result
-into the mutated tensor. Every top-level node's output is realized into a buffer (the
+into the mutated tensor. A graph constant is a read-only buffer the artifact carries; a
+0-d constant is folded into the kernels that read it. Every top-level node's output is realized into a buffer (the
 scheduler fuses them later); values inside a decomposition stay lazy when used once.
 """
 
@@ -19,12 +20,12 @@ from typing import Any, Sequence
 
 import torch
 
-from compiler.fx_import import ConversionError, from_arg, from_fx, resolve_op
-from compiler.graph import DeviceArg, Graph, Ref
+from compiler.fx_import import ConversionError, constant_tensor, from_arg, from_fx, resolve_op
+from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import registry
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
-from compiler.lowering.values import Lazy, StorageView, TensorValue
+from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
 
 # The modules below fill registry.LOWERINGS when imported.
 from compiler.lowering import pointwise, reductions, shapes, composite, indexing  # noqa: F401,E402
@@ -46,13 +47,32 @@ def lower(graph: Graph) -> Program:
         program.inputs.append(buffer)
         program.buffers[buffer.name] = buffer
         env[spec.name] = StorageView(buffer, layout)
+    for i, spec in enumerate(graph.constants):
+        env[spec.name] = _lower_constant(ctx, spec, i)
     _lower_nodes(ctx, graph, env, depth=0)
     for i, ref in enumerate(graph.outputs):
         value = _resolve_ref(ref, env)
         ctx.origin = f"outputs[{i}]"
+        if not isinstance(value, TensorValue):
+            raise ctx.fail(f"'{ref.ref}' is {value!r} here, not a tensor; graph outputs are tensors")
         view = ctx.realize(value)
+        if view.buffer.kind == "constant":  # callers may write to outputs: never hand out the shared constant
+            view = ctx.realize(Lazy(view.size, view.dtype, view.load))
         program.outputs.append(GraphOutput(view.buffer, view.layout))
     return program
+
+
+def _lower_constant(ctx: LoweringContext, spec: ConstantSpec, position: int) -> TensorValue:
+    """A 0-d constant becomes its value in the kernels; any other, a read-only buffer."""
+    if not spec.shape:
+        value = constant_tensor(spec).tolist()  # a plain Python number: no tensor op a fake mode could see
+        dtype = compute_dtype(spec.dtype)
+        return Lazy((), spec.dtype, lambda ops, index: ops.constant(value, dtype))
+    layout = Layout(tuple(spec.shape), tuple(spec.strides()), 0, spec.dtype)
+    buffer = Buffer(f"const{position}", layout, "constant")
+    ctx.program.buffers[buffer.name] = buffer
+    ctx.program.constants[buffer.name] = position
+    return StorageView(buffer, layout)
 
 
 def _resolve_ref(ref: Ref, env: dict[str, Any]) -> Any:
@@ -123,18 +143,24 @@ def _wire_arg(value: Any, env: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------
 
 
+# Dtypes kernels do not compute in: an op that reads or makes tensors of these runs as an ATen call.
+_EXTERN_DTYPES = ("uint16", "uint32", "uint64")
+
+
 def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, depth: int = 0) -> Any:
     op = resolve_op(target)
     ctx.out_meta = _meta_outputs(ctx, op, args, kwargs)
     mutated_index = _mutated_argument(op)
     if mutated_index is not None:
         return _lower_inplace(ctx, op, target, args, kwargs, mutated_index, depth)
+    if registry.always_extern(op) or _touches_extern_dtypes(ctx, args, kwargs):
+        return _extern(ctx, target, args, kwargs)
     if target in registry.LOWERINGS:
         try:
             return registry.LOWERINGS[target](ctx, *args, **kwargs)
         except NotImplementedError:
             pass  # the lowering does not cover these arguments: decompose or run as extern
-    if target not in registry.EXTERN_ALWAYS and depth < _MAX_DECOMPOSITION_DEPTH:
+    if depth < _MAX_DECOMPOSITION_DEPTH:
         decomposed = _try_decomposition(ctx, op, target, args, kwargs, depth)
         if decomposed is not None:
             return decomposed
@@ -151,9 +177,19 @@ def _meta_outputs(ctx: LoweringContext, op: Any, args: list, kwargs: dict) -> li
     except Exception as exc:
         raise ctx.fail(f"{op} rejects these arguments: {exc}") from None
     flat = flatten_outputs(out)
-    if not all(isinstance(t, torch.Tensor) or t is None for t in flat) or all(t is None for t in flat):
+    # A plain number from a meta kernel depends on shapes only (meta tensors hold no data), as
+    # flash attention's max_q does: it is a static value. A symbolic one is data-dependent.
+    if not all(isinstance(t, (torch.Tensor, bool, int, float)) or t is None for t in flat) or \
+            not any(isinstance(t, torch.Tensor) for t in flat):
         raise ctx.fail(f"{op} returns a non-tensor ({type(out).__name__}); data-dependent values are not supported in wire format v1")
     return flat
+
+
+def _touches_extern_dtypes(ctx: LoweringContext, args: list, kwargs: dict) -> bool:
+    tensors, _ = _split_tensors(args, kwargs)
+    dtypes = {t.dtype for t in tensors} | {str(m.dtype).removeprefix("torch.") for m in ctx.out_meta
+                                           if isinstance(m, torch.Tensor)}
+    return any(dtype in _EXTERN_DTYPES for dtype in dtypes)
 
 
 def flatten_outputs(out: Any) -> list[Any]:
@@ -185,6 +221,8 @@ def _lower_inplace(ctx: LoweringContext, op: Any, target: str, args: list, kwarg
     destination = args[index]
     if not isinstance(destination, StorageView):
         raise ctx.fail(f"{target} writes into a tensor that is not a view of a buffer")
+    if destination.buffer.kind == "constant":
+        raise ctx.fail(f"{target} writes into a graph constant; constants are read-only (clone it first)")
     try:
         resolve_op(functional)
     except AttributeError:
@@ -198,13 +236,12 @@ def _lower_inplace(ctx: LoweringContext, op: Any, target: str, args: list, kwarg
 
 
 def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated: Sequence[StorageView] = ()) -> Any:
-    present = [m is not None for m in ctx.out_meta]
-    if False in present and True in present[present.index(False):]:
-        raise ctx.fail(f"{target} leaves out an output before another one; it cannot run as an extern call")
-    outputs = ctx.extern(target, args, kwargs, [m for m in ctx.out_meta if m is not None], mutated)
+    tensor_meta = [m if isinstance(m, torch.Tensor) else None for m in ctx.out_meta]
+    made = iter(ctx.extern(target, args, kwargs, tensor_meta, mutated))
     if mutated:
         return mutated[0]
-    outputs = outputs + [None] * (len(present) - len(outputs))
+    # None stays None (an output not asked for); a number stays the static value meta gave
+    outputs = [next(made) if isinstance(meta, torch.Tensor) else meta for meta in ctx.out_meta]
     single = len(outputs) == 1 and not _returns_list(target)
     return outputs[0] if single else tuple(outputs)
 
@@ -237,14 +274,30 @@ def _try_decomposition(ctx: LoweringContext, op: Any, target: str, args: list, k
         return None  # not traceable into wire ATen ops (constants, non-tensor outputs): run it as extern
     if any(n.target == target for n in subgraph.nodes) or len(present) != len(ctx.out_meta):
         return None
+    if not _matches_meta(traced, [m for m in ctx.out_meta if isinstance(m, torch.Tensor)]):
+        return None
+    if any(c.shape for c in subgraph.constants):  # only the top-level graph's constants travel in the artifact
+        return None
     meta = ctx.out_meta
     sub_env = {spec.name: t for spec, t in zip(subgraph.inputs, tensors)}
+    sub_env.update({spec.name: _lower_constant(ctx, spec, -1) for spec in subgraph.constants})
     _lower_nodes(ctx, subgraph, sub_env, depth + 1)
     ctx.out_meta = meta
     found = iter(_resolve_ref(ref, sub_env) for ref in subgraph.outputs)
     results = [next(found) if is_tensor else None for is_tensor in present]
     is_single = len(meta) == 1 and not _returns_list(target)
     return results[0] if is_single else tuple(results)
+
+
+def _matches_meta(traced: torch.fx.GraphModule, expected: list[torch.Tensor]) -> bool:
+    """Whether a decomposition's outputs have the op's shapes and dtypes. Some of PyTorch's do not
+    (the CPU flash attention one returns attention weights where the op returns a logsumexp):
+    such a decomposition is not used."""
+    output = traced.graph.find_nodes(op="output")[0]
+    found = [node.meta.get("val") if isinstance(node, torch.fx.Node) else None for node in output.args[0]]
+    return len(found) == len(expected) and all(
+        isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype == want.dtype
+        for got, want in zip(found, expected))
 
 
 def _as_wire_traceable(traced: Any) -> Any:

@@ -92,9 +92,10 @@ class LoweringContext:
         view = self.realize(value)
         return TensorArg(view.buffer, view.layout)
 
-    def extern(self, target: str, args: list[Any], kwargs: dict[str, Any], out_meta: Sequence[torch.Tensor],
+    def extern(self, target: str, args: list[Any], kwargs: dict[str, Any], out_meta: Sequence[torch.Tensor | None],
                mutated: Sequence[StorageView] = ()) -> list[StorageView]:
-        """An ATen call at run time; tensor arguments are realized first."""
+        """An ATen call at run time; tensor arguments are realized first. One buffer per output
+        that `out_meta` describes; a None there is an output the op leaves out (returns None for)."""
         def convert(value: Any) -> Any:
             if isinstance(value, TensorValue):
                 return self.tensor_arg(value)
@@ -104,12 +105,15 @@ class LoweringContext:
 
         args = [convert(a) for a in args]
         kwargs = {k: convert(v) for k, v in kwargs.items()}
-        outputs = []
-        for meta in out_meta:
+        outputs, positions = [], []
+        for position, meta in enumerate(out_meta):
+            if meta is None:
+                continue
             dtype = str(meta.dtype).removeprefix("torch.")
             outputs.append(self.new_buffer(Layout(tuple(meta.shape), tuple(meta.stride()), 0, dtype), kind="extern"))
+            positions.append(position)
         self.program.nodes.append(ExternNode(
             name=f"op{len(self.program.nodes)}", target=target, args=args, kwargs=kwargs, outputs=outputs,
-            mutated=[m.buffer for m in mutated], origins=[self.origin],
+            mutated=[m.buffer for m in mutated], origins=[self.origin], output_positions=positions,
         ))
         return [StorageView(b, b.layout) for b in outputs]

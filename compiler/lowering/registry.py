@@ -14,11 +14,20 @@ LOWERINGS: dict[str, Callable[..., Any]] = {}
 EXTERN_ALWAYS = frozenset({
     "aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
     "aten.matmul.default", "aten.linear.default", "aten.convolution.default",
-    "aten.convolution_backward.default", "aten._scaled_dot_product_flash_attention.default",
-    "aten._scaled_dot_product_efficient_attention.default", "aten.addmv.default", "aten.mv.default",
-    "aten.dot.default", "aten.native_dropout.default", "aten.bernoulli.p", "aten.rand.default",
-    "aten.randn.default", "aten.rand_like.default", "aten.randn_like.default",
+    "aten.convolution_backward.default", "aten.addmv.default", "aten.mv.default", "aten.dot.default",
 })
+# Fused attention kernels (forward and backward, every backend's spelling) stay ATen calls too.
+_EXTERN_PREFIXES = ("aten._scaled_dot_product_", "aten._flash_attention", "aten._efficient_attention",
+                    "aten._cudnn_attention", "aten._fused_sdp")
+
+
+def always_extern(op: Any) -> bool:
+    """Whether the op runs as an ATen call whatever lowerings exist. Random ops (tagged
+    nondeterministic_seeded: dropout, bernoulli, rand...) do, so that a compiled graph draws
+    from torch's generator exactly as eager does: same seed, same masks."""
+    target = str(op)
+    return (target in EXTERN_ALWAYS or target.startswith(_EXTERN_PREFIXES)
+            or torch.Tag.nondeterministic_seeded in getattr(op, "tags", ()))
 
 
 def register(*targets: str) -> Callable:
@@ -37,9 +46,8 @@ def decomposition_table() -> dict:
     """PyTorch's core ATen decompositions, minus ops we lower ourselves or keep extern."""
     from torch._decomp import core_aten_decompositions
 
-    keep = set(LOWERINGS) | set(EXTERN_ALWAYS)
     return {op: fn for op, fn in core_aten_decompositions().items()
-            if isinstance(op, torch._ops.OpOverload) and str(op) not in keep}
+            if isinstance(op, torch._ops.OpOverload) and str(op) not in LOWERINGS and not always_extern(op)}
 
 
 def decomposition_for(op: Any) -> Callable | None:

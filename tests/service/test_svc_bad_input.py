@@ -51,6 +51,13 @@ CASES = {
             {"name": f"n{i}", "target": "aten.relu.default", "args": [{"ref": "x"}], "kwargs": {}} for i in range(20_001)],
             outputs=[{"ref": "n0"}])),
         422, "graph.nodes", "over the limit of 20000"),
+    "constant bytes that do not match its shape": (
+        mutate(lambda g: g.update(constants=[{"name": "c", "dtype": "float32", "shape": [5, 8], "data": "AAAAAA=="}])),
+        422, "graph.constants[0] 'c'.data", "holds 4 bytes; shape [5, 8], strides [8, 1] and dtype float32 need 160"),
+    "constant over the size limit": (
+        mutate(lambda g: g.update(constants=[{"name": "c", "dtype": "uint8", "shape": [5 * 2**20],
+                                              "data": "A" * (4 * (5 * 2**20 // 3 + 1))}])),
+        422, "graph.constants[0] 'c'.data", "over the limit of 4194304 bytes per constant"),
     "args nested too deep": (
         mutate(set_node(2, args=[{"ref": "r"}, [[[[[[1]]]]]]])), 422, "graph.nodes[2] 't'.args[1]", "nest"),
 }

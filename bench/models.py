@@ -1,0 +1,143 @@
+"""Training steps of the model zoo (tests/models/zoo.py) at realistic sizes on a GPU: eager,
+Inductor (torch.compile defaults) and fusewire through its real stack (redis-server, a GPU Celery
+worker, the API; started here unless --url is given).
+
+    python bench/models.py [--models gpt2,llama] [--steps 20] [--json out.json]
+
+Each model runs in bf16 on CUDA. One step is forward, loss and backward of the compiled module
+(gradients set to None before each step; no optimizer, which stays outside the compiled module).
+Per mode:
+  first_step_s   the first step, compile included (fusewire: a cold compile on the service)
+  hit_step_s     fusewire only: the first step again after torch._dynamo.reset() with an empty
+                 local cache, so every artifact comes from the service's cache (a "service hit")
+  step_ms        median of --steps timed steps after 3 warm-up steps (CUDA-synchronized wall time)
+  kernels        GPU kernels launched by one step (torch.profiler)
+  fallbacks      graphs that ran eagerly (fusewire; on_error="raise" makes any fallback an error)
+  loss           the first step's loss, a sanity check that the modes compute the same thing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models")]
+
+from zoo import ZOO, build, make_batch, step_loss  # noqa: E402
+
+
+def one_step(runner, name: str, model, batch: dict) -> torch.Tensor:
+    for parameter in model.parameters():
+        parameter.grad = None
+    loss = step_loss(runner, name, batch)
+    loss.backward()
+    return loss.detach()
+
+
+def timed(fn) -> tuple[float, object]:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start, result
+
+
+def count_kernels(fn) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def measure(name: str, mode: str, steps: int, url: str | None) -> dict:
+    model = build(name, "bench").to(device="cuda", dtype=torch.bfloat16)
+    batch = {k: v.cuda() for k, v in make_batch(name, "bench").items()}
+    row: dict = {"model": name, "mode": mode}
+    backend = None
+    if mode == "eager":
+        runner = model
+    elif mode == "inductor":
+        runner = torch.compile(model)
+    else:
+        from client.backend import backend as fusewire_backend
+
+        backend = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
+                                   timeout_s=900)
+        runner = torch.compile(model, backend=backend)
+    torch.manual_seed(1)
+    row["first_step_s"], loss = timed(lambda: one_step(runner, name, model, batch))
+    row["loss"] = float(loss)
+    if backend is not None:
+        row["fallbacks"] = backend.stats.get("fallbacks", 0)
+        row["backend_stats"] = dict(backend.stats)
+        torch._dynamo.reset()
+        hit = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise")
+        runner = torch.compile(model, backend=hit)
+        row["hit_step_s"], _ = timed(lambda: one_step(runner, name, model, batch))
+        row["hit_stats"] = dict(hit.stats)
+    for _ in range(3):
+        one_step(runner, name, model, batch)
+    times = [timed(lambda: one_step(runner, name, model, batch))[0] * 1e3 for _ in range(steps)]
+    row["step_ms"] = statistics.median(times)
+    row["kernels"] = count_kernels(lambda: one_step(runner, name, model, batch))
+    row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    torch._dynamo.reset()
+    return row
+
+
+def start_stack(state_dir: Path):
+    from client.stack import Stack, StackConfig
+
+    major, minor = torch.cuda.get_device_capability()
+    stack = Stack(StackConfig(port=0, state_dir=state_dir, targets=[f"cuda:sm_{major}{minor}"]))
+    stack.start()
+    return stack
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--modes", default="eager,inductor,fusewire")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--url", help="a running fusewire service (default: start one here)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--state-dir", type=Path, help="the started stack's Redis data and logs (default: a temp dir)")
+    args = parser.parse_args()
+    stack = None
+    url = args.url
+    modes = args.modes.split(",")
+    if "fusewire" in modes and url is None:
+        stack = start_stack(args.state_dir or Path(tempfile.mkdtemp(prefix="fw-stack-")))
+        url = stack.url
+    rows = []
+    try:
+        for name in args.models.split(","):
+            for mode in modes:
+                torch.cuda.reset_peak_memory_stats()
+                try:
+                    row = measure(name, mode, args.steps, url)
+                except Exception as exc:  # one model's failure is a result too; the rest still run
+                    row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
+    finally:
+        if stack is not None:
+            stack.stop()
+    if args.json:
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                         "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Inductor's accuracy rule for a training step: a compiled result's error against a float64 run
+of the same model is at most twice eager's own error (at its precision), plus a tiny floor.
+Errors are root-mean-square over each tensor; integer results (BatchNorm's step counter) must
+match exactly.
+
+    reference = step_results(model64, name, batch)              # float64 copy, eager
+    eager = step_results(model32, name, batch)
+    compiled = step_results(model32b, name, batch, torch.compile(model32b, backend=...))
+    assert not accuracy_failures(reference, eager, compiled)
+
+Every run reseeds torch's generator first, so dropout draws the same masks in all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from zoo import step_loss
+
+MULTIPLIER = 2.0
+FLOOR = 1e-6  # RMSE floor; float32 results of the zoo's steps err by about 1e-9..1e-7 in eager
+
+
+@dataclass
+class StepResults:
+    """What one training step produced: the loss, each parameter's gradient, each buffer after the step."""
+
+    values: dict[str, torch.Tensor]
+
+
+def step_results(model: nn.Module, name: str, batch: dict, runner: nn.Module | None = None, seed: int = 1) -> StepResults:
+    """One forward/loss/backward of `runner` (default: `model`); gradients and buffers read from `model`."""
+    torch.manual_seed(seed)
+    loss = step_loss(model if runner is None else runner, name, batch)
+    loss.backward()
+    values = {"loss": loss.detach()}
+    values.update({f"grad {n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
+    values.update({f"buffer {n}": b.detach().clone() for n, b in model.named_buffers()})
+    return StepResults(values)
+
+
+def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).pow(2).mean().sqrt().item() if a.numel() else 0.0
+
+
+def accuracy_failures(reference: StepResults, eager: StepResults, compiled: StepResults) -> list[str]:
+    """Each value of the step that breaks the rule, with its errors; empty when all pass."""
+    failures = []
+    for key, want in reference.values.items():
+        got, base = compiled.values.get(key), eager.values[key]
+        if got is None:
+            failures.append(f"{key}: missing from the compiled step")
+        elif got.shape != want.shape:
+            failures.append(f"{key}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        elif not want.is_floating_point():
+            if not torch.equal(got.cpu(), want.cpu()):
+                failures.append(f"{key}: integer values differ from eager's")
+        else:
+            error, eager_error = rmse(got, want), rmse(base, want)
+            if error > MULTIPLIER * eager_error + FLOOR:
+                failures.append(f"{key}: error {error:.3g}, eager's {eager_error:.3g}")
+    return failures

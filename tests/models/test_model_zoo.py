@@ -1,0 +1,84 @@
+"""Real models train through fusewire: each zoo model (tests/models/zoo.py: GPT-2, LLaMA, BERT, T5
+from transformers; a ResNet with BatchNorm in train mode and a ViT from timm; dropout > 0 where
+the family has it) does one training step through the torch.compile backend against the real
+stack (redis-server, a CPU Celery worker, the API), with on_error="raise".
+
+Asserted: no graph falls back; the loss, every parameter gradient and every buffer (BatchNorm's
+running statistics) pass Inductor's accuracy rule against a float64 run (tests/models/accuracy.py);
+and a second process is served wholly from the service's cache (no compile, no fallback)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from accuracy import StepResults, accuracy_failures, step_results
+from client.backend import FusewireWarning
+from svc_helpers import ROOT
+from zoo import ZOO, build, make_batch
+from zoo_step import compiled_step
+
+MODELS = list(ZOO)
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def trained(api_server, tmp_path_factory):
+    """name -> (float64 reference, float32 eager, compiled, backend stats); each model trained once."""
+    results: dict[str, tuple] = {}
+
+    def train(name: str) -> tuple:
+        if name not in results:
+            model, batch = build(name, "tiny"), make_batch(name, "tiny")
+            reference = step_results(copy.deepcopy(model).double(), name, batch)
+            eager = step_results(copy.deepcopy(model), name, batch)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FusewireWarning)
+                values, stats = compiled_step(name, api_server.url, tmp_path_factory.mktemp(f"cache-{name}"))
+            results[name] = (reference, eager, StepResults(values), stats)
+        return results[name]
+
+    return train
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_training_step_compiles_without_fallback_and_passes_the_accuracy_rule(trained, name):
+    reference, eager, compiled, stats = trained(name)
+    assert stats.get("fallbacks", 0) == 0, stats
+    assert stats["graphs"] >= 2, stats  # a forward and a backward graph at least
+    assert stats.get("compiles", 0) + stats.get("remote_hits", 0) >= stats["graphs"], stats
+    failures = accuracy_failures(reference, eager, compiled)
+    assert not failures, "\n".join(failures)
+
+
+def test_batchnorm_running_statistics_are_updated_in_train_mode(trained):
+    reference, _, compiled, _ = trained("resnet")
+    fresh = dict(build("resnet", "tiny").named_buffers())
+    running = [key for key in compiled.values if key.endswith("running_mean")]
+    assert running
+    for key in running:  # the step moved them (the rule above checks they moved as eager's did)
+        assert not compiled.values[key].equal(fresh[key.removeprefix("buffer ")]), key
+    assert compiled.values["buffer bn1.num_batches_tracked"].item() == 1
+
+
+def test_a_second_process_is_served_wholly_from_the_service_cache(trained, api_server, compiles, tmp_path):
+    first_losses = {name: trained(name)[2].values["loss"].item() for name in MODELS}
+    before = compiles()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]), TRITON_INTERPRET="1")
+    run = subprocess.run([sys.executable, str(HERE / "zoo_step.py"), api_server.url, str(tmp_path), *MODELS],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    for name in MODELS:
+        stats = report[name]["stats"]
+        assert stats.get("remote_hits", 0) == stats["graphs"] >= 2, (name, stats)
+        assert "compiles" not in stats and "fallbacks" not in stats, (name, stats)
+        assert report[name]["loss"] == pytest.approx(first_losses[name], rel=1e-6, abs=1e-7), name
+    assert compiles() == before

@@ -1,0 +1,151 @@
+"""The model zoo: real model code from `transformers` and `timm`, built from configs with random
+weights (no downloads), at two sizes: "tiny" for CI under Triton's interpreter and "bench"
+for bench/models.py on a GPU.
+
+    model = build("llama", "tiny")                 # an nn.Module in train mode
+    batch = make_batch("llama", "tiny", seed=0)    # inputs for one step (on CPU)
+    loss = step_loss(model, "llama", batch)        # forward and loss; the caller runs backward
+
+Every model trains with dropout > 0 where its family has dropout (GPT-2, BERT, T5, ViT), and the
+ResNet's BatchNorm runs in train mode (running statistics are updated in place).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SIZES = ("tiny", "bench")
+
+
+def ensure_torchvision_importable() -> None:
+    """timm needs torchvision, and PyPI's torchvision wheels are built against CUDA torch: with the
+    CPU torch of CI their C extension does not load, and `import torchvision` then fails on the two
+    ops it registers fake kernels for unconditionally. Defining those two op schemas (no kernels;
+    nothing here calls them) lets the pure-Python parts that timm uses import. A torchvision whose
+    extension loads (the GPU machine's) is left alone."""
+    try:
+        import torchvision  # noqa: F401
+        return
+    except RuntimeError as exc:
+        if "torchvision::nms" not in str(exc):
+            raise
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
+    library = torch.library.Library("torchvision", "DEF")
+    library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _KEEP_ALIVE.append(library)
+    import torchvision  # noqa: F401
+
+
+_KEEP_ALIVE: list[Any] = []
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One zoo entry: how to build it at each size, and what a batch is."""
+
+    build: Callable[[str], nn.Module]
+    kind: str  # "causal_lm" | "masked_lm" | "seq2seq" | "image"
+    batch: dict[str, tuple[int, ...]]  # size -> (batch, tokens) or (batch, channels, height, width)
+    vocab: dict[str, int]  # size -> vocabulary (language models) or classes (image models)
+
+
+ensure_torchvision_importable()  # transformers imports torchvision too, when it is installed
+
+
+def _gpt2(size: str) -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    dims = dict(n_layer=2, n_embd=32, n_head=2, n_positions=64) if size == "tiny" else \
+        dict(n_layer=2, n_embd=768, n_head=12, n_positions=1024)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=ZOO["gpt2"].vocab[size], bos_token_id=0, eos_token_id=0, **dims))
+
+
+def _llama(size: str) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dims = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=64) if size == "tiny" else \
+        dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=16,
+             max_position_embeddings=1024)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=ZOO["llama"].vocab[size], num_hidden_layers=2, bos_token_id=0,
+                                        eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _bert(size: str) -> nn.Module:
+    from transformers import BertConfig, BertForMaskedLM
+
+    dims = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64) \
+        if size == "tiny" else dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+                                    max_position_embeddings=512)
+    return BertForMaskedLM(BertConfig(vocab_size=ZOO["bert"].vocab[size], num_hidden_layers=2, pad_token_id=0, **dims))
+
+
+def _t5(size: str) -> nn.Module:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    dims = dict(d_model=32, d_ff=64, num_heads=2, d_kv=16) if size == "tiny" else \
+        dict(d_model=512, d_ff=2048, num_heads=8, d_kv=64)
+    return T5ForConditionalGeneration(T5Config(vocab_size=ZOO["t5"].vocab[size], num_layers=2, decoder_start_token_id=0,
+                                               pad_token_id=0, eos_token_id=1, **dims))
+
+
+def _resnet(size: str) -> nn.Module:
+    from timm.models.resnet import BasicBlock, ResNet
+
+    channels = (8, 16, 32, 64) if size == "tiny" else (64, 128, 256, 512)
+    return ResNet(BasicBlock, [1, 1, 1, 1] if size == "tiny" else [2, 2, 2, 2], num_classes=CLASSES[size],
+                  channels=channels, stem_width=channels[0])
+
+
+def _vit(size: str) -> nn.Module:
+    from timm.models.vision_transformer import VisionTransformer
+
+    dims = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2) if size == "tiny" else \
+        dict(img_size=224, patch_size=16, embed_dim=768, depth=2, num_heads=12)
+    return VisionTransformer(num_classes=CLASSES[size], drop_rate=0.1, proj_drop_rate=0.1, **dims)
+
+
+CLASSES = {"tiny": 10, "bench": 1000}
+ZOO: dict[str, Spec] = {  # bench vocabularies are the real models'
+    "gpt2": Spec(_gpt2, "causal_lm", {"tiny": (2, 8), "bench": (8, 1024)}, {"tiny": 64, "bench": 50257}),
+    "llama": Spec(_llama, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 32000}),
+    "bert": Spec(_bert, "masked_lm", {"tiny": (2, 8), "bench": (8, 512)}, {"tiny": 64, "bench": 30522}),
+    "t5": Spec(_t5, "seq2seq", {"tiny": (2, 8), "bench": (8, 512)}, {"tiny": 64, "bench": 32128}),
+    "resnet": Spec(_resnet, "image", {"tiny": (2, 3, 16, 16), "bench": (32, 3, 224, 224)}, CLASSES),
+    "vit": Spec(_vit, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
+}
+
+
+def build(name: str, size: str = "tiny", seed: int = 0) -> nn.Module:
+    """The model with seeded random weights, in train mode."""
+    torch.manual_seed(seed)
+    model = ZOO[name].build(size)
+    return model.train()
+
+
+def make_batch(name: str, size: str = "tiny", seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random token ids and labels (language models) or images and classes, on CPU."""
+    spec = ZOO[name]
+    generator = torch.Generator().manual_seed(seed)
+    shape = spec.batch[size]
+    if spec.kind == "image":
+        return {"images": torch.randn(*shape, generator=generator),
+                "labels": torch.randint(0, spec.vocab[size], shape[:1], generator=generator)}
+    ids = torch.randint(1, spec.vocab[size], shape, generator=generator)
+    return {"ids": ids, "labels": torch.randint(1, spec.vocab[size], shape, generator=generator)}
+
+
+def step_loss(model: nn.Module, name: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Forward and loss of one training step (the caller calls backward)."""
+    if ZOO[name].kind == "image":
+        images = batch["images"].to(next(model.parameters()).dtype)
+        return F.cross_entropy(model(images), batch["labels"])
+    return model(input_ids=batch["ids"], labels=batch["labels"]).loss  # the models shift causal labels

@@ -1,0 +1,41 @@
+"""One training step of zoo models through the fusewire backend, as a user's process runs it:
+
+    python tests/models/zoo_step.py URL CACHE_DIR gpt2 llama ...
+
+Prints one JSON line: per model, the backend's stats and the loss. Any fallback raises
+(on_error="raise"). The zoo tests run it as the "second process" that must be served from
+the service's cache."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from accuracy import step_results
+from zoo import build, make_batch
+
+TOKEN = "tok-alpha"  # tests/service/svc_helpers.py TOKENS: team alpha
+
+
+def compiled_step(name: str, url: str, cache_dir: Path, timeout_s: float = 240.0) -> tuple[dict, dict]:
+    """(the step's results, the backend's stats) for one model compiled through the service."""
+    from client.backend import backend
+
+    model = copy.deepcopy(build(name, "tiny"))
+    be = backend(url=url, token=TOKEN, cache_dir=cache_dir, on_error="raise", timeout_s=timeout_s)
+    results = step_results(model, name, make_batch(name, "tiny"), torch.compile(model, backend=be))
+    torch._dynamo.reset()
+    return results.values, dict(be.stats)
+
+
+if __name__ == "__main__":
+    url, cache = sys.argv[1], Path(sys.argv[2])
+    report = {}
+    for model_name in sys.argv[3:]:
+        values, stats = compiled_step(model_name, url, cache / model_name)
+        report[model_name] = {"stats": stats, "loss": values["loss"].item()}
+    print(json.dumps(report))

@@ -1,0 +1,139 @@
+"""Ops that real models' training graphs hold and that must compile: extern calls that leave an
+output out (convolution_backward for the first layer), random ops (dropout draws from torch's
+generator exactly as eager does), fused attention with non-tensor outputs, dtypes kernels do not
+compute in, and a PyTorch decomposition that disagrees with its op (never used)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from client.runtime import load
+from compiler import compile
+from compiler.fx_import import from_fx, run_eager
+from compiler.graph import parse_graph
+from compiler.lowering import LoweringError
+
+
+def compiled(fn, *inputs):
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    artifact = compile(graph, "cpu")
+    return graph, artifact, load(artifact)
+
+
+def extern_targets(artifact) -> list[str]:
+    return [step["target"] for step in artifact.plan["steps"] if step["op"] == "extern"]
+
+
+def test_convolution_backward_without_the_input_gradient():
+    x, w, grad = torch.randn(2, 3, 9, 7), torch.randn(5, 3, 3, 3), torch.randn(2, 5, 7, 5)
+
+    def fn(grad, x, w):
+        _, grad_w, grad_b = torch.ops.aten.convolution_backward(
+            grad, x, w, [5], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [False, True, True])
+        return grad_w * 2, grad_b
+
+    graph, artifact, run = compiled(fn, grad, x, w)
+    step = next(s for s in artifact.plan["steps"] if s["op"] == "extern")
+    assert step["positions"] == [1, 2]
+    for got, want in zip(run(grad, x, w), run_eager(graph, [grad, x, w])):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["native_dropout", "bernoulli"])
+def test_random_ops_draw_as_eager_does(op):
+    p = 0.3
+    x = torch.randn(257, 129)
+
+    def fn(x):
+        if op == "native_dropout":
+            out, mask = torch.ops.aten.native_dropout(x, p, True)
+            return out + 1, mask
+        keep = torch.ops.aten.bernoulli.p(torch.empty_like(x), 1 - p)
+        return x * keep / (1 - p) + 1, keep
+
+    graph, artifact, run = compiled(fn, x)
+    assert extern_targets(artifact)  # the random op is an ATen call; the arithmetic around it is a kernel
+    assert artifact.manifest["kernels"]
+    torch.manual_seed(7)
+    got = run(x)
+    torch.manual_seed(7)
+    want = run_eager(graph, [x])
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1].equal(want[1])  # the same seed gives the same mask
+    kept = got[1].bool()
+    assert abs((~kept).float().mean().item() - p) < 0.01  # 33153 draws: 0.01 is > 6 standard deviations
+    torch.testing.assert_close(got[0][kept], x[kept] / (1 - p) + 1)
+    torch.testing.assert_close(got[0][~kept], torch.ones_like(x[~kept]))
+    torch.manual_seed(8)
+    assert not run(x)[1].equal(got[1])  # another seed, another mask
+
+
+def test_cpu_flash_attention_forward_and_backward_match_eager():
+    q, k, v = (torch.randn(2, 4, 9, 16) for _ in range(3))
+    grad = torch.randn(2, 4, 9, 16)
+
+    def fn(q, k, v, grad):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, q, k, v, out, lse, 0.0, True)
+        return out, lse, dq, dk, dv
+
+    graph, artifact, run = compiled(fn, q, k, v, grad)
+    assert extern_targets(artifact) == ["aten._scaled_dot_product_flash_attention_for_cpu.default",
+                                        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"]
+    for got, want in zip(run(q, k, v, grad), run_eager(graph, [q, k, v, grad])):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
+
+
+def cudnn_attention_graph(outputs: list[dict]) -> dict:
+    spec = {"dtype": "bfloat16", "shape": [2, 4, 8, 16]}
+    return {"version": 1, "inputs": [{"name": n, **spec} for n in "qkv"],
+            "nodes": [{"name": "a", "target": "aten._scaled_dot_product_cudnn_attention.default",
+                       "args": [{"ref": "q"}, {"ref": "k"}, {"ref": "v"}, None, True, 0.0, True]},
+                      {"name": "y", "target": "aten.mul.Tensor", "args": [{"ref": "a", "index": 0}, 2.0]}],
+            "outputs": outputs}
+
+
+def test_numbers_an_op_returns_are_static_values_and_absent_outputs_are_skipped():
+    """cuDNN attention returns (out, lse, None, None, max_q, max_k, seed, offset, None): the numbers are
+    shape-derived (meta kernels see no data), the Nones are outputs it leaves out."""
+    graph = parse_graph(json.dumps(cudnn_attention_graph([{"ref": "y"}, {"ref": "a", "index": 1}])))
+    artifact = compile(graph, "cpu")  # lowered and planned here; it runs on a CUDA device only
+    step = next(s for s in artifact.plan["steps"] if s["op"] == "extern")
+    assert step["positions"] == [0, 1, 6, 7]
+    bad = parse_graph(json.dumps(cudnn_attention_graph([{"ref": "y"}, {"ref": "a", "index": 4}])))
+    with pytest.raises(LoweringError, match=r"'a' is 8 here, not a tensor; graph outputs are tensors"):
+        compile(bad, "cpu")
+
+
+def test_ops_on_unsigned_wide_dtypes_run_as_aten_calls():
+    x = torch.randint(0, 1000, (5, 7), dtype=torch.int64).to(torch.uint32)
+
+    def fn(x):
+        return x.to(torch.int64) + 1
+
+    graph, artifact, run = compiled(fn, x)
+    assert extern_targets(artifact) == ["aten._to_copy.default"]
+    assert run(x)[0].equal(fn(x))
+
+
+def test_a_decomposition_whose_outputs_disagree_with_the_op_is_not_used(monkeypatch):
+    """PyTorch's decomposition of the CPU flash attention returns the attention weights where the op
+    returns a logsumexp. Attention ops always run as ATen calls; with that rule switched off, the
+    check of every decomposition against the op's meta outputs still keeps the wrong one out."""
+    from compiler.lowering import registry
+
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    q = torch.randn(1, 2, 5, 8)
+    assert registry.decomposition_for(op)(q, q, q, 0.0, False)[1].shape != op(q, q, q, 0.0, False)[1].shape
+    monkeypatch.setattr(registry, "always_extern", lambda op: False)
+    graph, artifact, run = compiled(lambda q: op(q, q, q, 0.0, False), q)
+    assert extern_targets(artifact) == [str(op)]
+    for got, want in zip(run(q), run_eager(graph, [q])):
+        torch.testing.assert_close(got, want)
