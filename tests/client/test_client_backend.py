@@ -136,8 +136,14 @@ def test_service_errors_and_timeouts_fall_back(api_server, tmp_path):
     inputs = [torch.randn(11, 13)]  # a shape no other test compiles: not in the service's cache
     with pytest.warns(FusewireWarning, match="service error 403 forbidden"):
         backend(url=api_server.url, token="not-a-token", cache_dir=tmp_path).compile_graph(gm, inputs)
+    def chain(x):  # enough work that no warm worker compiles it within the 10 ms allowed
+        for i in range(40):
+            x = torch.tanh(x * (1 + i / 100)).cumsum(-1) if i % 8 == 0 else torch.tanh(x * (1 + i / 100))
+        return x
+
+    slow = make_fx(chain)(torch.randn(2, 2))
     with pytest.warns(FusewireWarning, match="longer than timeout_s=0.01"):
-        backend(url=api_server.url, token=TOKEN, cache_dir=tmp_path, timeout_s=0.01).compile_graph(gm, inputs)
+        backend(url=api_server.url, token=TOKEN, cache_dir=tmp_path, timeout_s=0.01).compile_graph(slow, inputs)
 
 
 def test_local_cache_is_verified_and_a_bad_entry_is_fetched_again(api_server, tmp_path):
