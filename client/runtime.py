@@ -46,6 +46,8 @@ class CompiledGraph:
         self.plan = artifact.plan
         self._kernels: dict[str, dict[str, Any]] = {}  # device type -> name -> launcher
         self._constants: dict[torch.device, dict[str, torch.Tensor]] = {}  # device -> buffer -> values
+        # buffers kernels read or write: they must have exactly their planned layout and dtype
+        self._kernel_read = {name for step in self.plan["steps"] if step["op"] == "kernel" for name in step["args"]}
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         self._check_inputs(inputs)
@@ -54,6 +56,7 @@ class CompiledGraph:
         env: dict[str, torch.Tensor] = {spec["buffer"]: t for spec, t in zip(self.plan["inputs"], inputs)}
         env.update(self._constants_on(device))
         kept: dict[str, torch.Tensor] = {}  # freed buffers a later allocation reuses
+        unplanned: dict[str, dict] = {}  # extern results unlike their planned layout (read by no kernel) -> plan
         for step in self.plan["steps"]:
             op = step["op"]
             if op == "alloc" and "reuse" in step:
@@ -68,10 +71,10 @@ class CompiledGraph:
             elif op == "kernel":
                 self._launch(kernels[step["kernel"]], step, env)
             elif op == "extern":
-                self._extern(step, env, device)
+                self._extern(step, env, device, unplanned)
             else:
                 raise RuntimeError_(f"unknown plan step {op!r}")
-        return [_view(env[o["buffer"]], o) for o in self.plan["outputs"]]
+        return [_output(env[o["buffer"]], o, unplanned.get(o["buffer"])) for o in self.plan["outputs"]]
 
     def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
         specs = self.plan["inputs"]
@@ -104,22 +107,40 @@ class CompiledGraph:
         kernel[grid](*args, xnumel=step["xnumel"], rnumel=step["rnumel"], XBLOCK=config["XBLOCK"],
                      RBLOCK=config["RBLOCK"], num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
 
-    @staticmethod
-    def _extern(step: dict[str, Any], env: dict[str, torch.Tensor], device: torch.device) -> None:
+    def _extern(self, step: dict[str, Any], env: dict[str, torch.Tensor], device: torch.device,
+                unplanned: dict[str, dict]) -> None:
         namespace, name, overload = step["target"].split(".")
         if namespace not in ALLOWED_NAMESPACES:
             raise RuntimeError_(f"extern call to {step['target']} is not allowed")
         op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
-        args = [_extern_value(a, env, device) for a in step["args"]]
-        kwargs = {k: _extern_value(v, env, device) for k, v in step["kwargs"].items()}
+        args = [_extern_value(a, env, device, unplanned) for a in step["args"]]
+        kwargs = {k: _extern_value(v, env, device, unplanned) for k, v in step["kwargs"].items()}
         result = op(*args, **kwargs)
-        results = [result] if isinstance(result, torch.Tensor) else list(result)
+        results = [result] if isinstance(result, torch.Tensor) else list(result) if result is not None else []
         if "positions" in step:
             results = [results[i] for i in step["positions"]]
         for buffer, tensor, layout in zip(step["outputs"], results, step["layouts"]):
-            if list(tensor.stride()) != layout["stride"] and tensor.numel() > 1:
-                tensor = torch.empty_strided(layout["size"], layout["stride"], dtype=tensor.dtype, device=device).copy_(tensor)
-            env[buffer] = tensor
+            unlike = list(tensor.shape) != layout["size"] or str(tensor.dtype).removeprefix("torch.") != layout["dtype"]
+            if unlike and buffer not in self._kernel_read:
+                # e.g. the CPU kernel's empty (or bf16) batch-norm statistics where PyTorch's meta kernel
+                # says float32 of the channel count: read only by other ATen calls, which agree with it
+                env[buffer], unplanned[buffer] = tensor, layout
+                continue
+            env[buffer] = _as_planned(tensor, layout, step["target"], device)
+
+
+def _as_planned(tensor: torch.Tensor, layout: dict[str, Any], target: str, device: torch.device) -> torch.Tensor:
+    """An extern result in the layout and dtype the plan gives it (PyTorch's meta kernel's), so kernels
+    that read it index it as planned. Some CPU kernels disagree with their meta kernel (bf16 batch
+    norm statistics come back bf16, not float32): converted. A shape that disagrees is refused, since
+    no kernel could read it safely."""
+    if list(tensor.shape) != layout["size"]:
+        raise RuntimeError_(f"{target} returned a tensor of shape {list(tensor.shape)} where the plan (PyTorch's "
+                            f"meta kernel for it) has {layout['size']}")
+    dtype = getattr(torch, layout["dtype"])
+    if tensor.dtype != dtype or (list(tensor.stride()) != layout["stride"] and tensor.numel() > 1):
+        tensor = torch.empty_strided(layout["size"], layout["stride"], dtype=dtype, device=device).copy_(tensor)
+    return tensor
 
 
 def _constant(raw: bytes, entry: dict[str, Any], device: torch.device) -> torch.Tensor:
@@ -139,12 +160,24 @@ def _view(base: torch.Tensor, layout: dict[str, Any]) -> torch.Tensor:
     return base.as_strided(layout["size"], layout["stride"], base.storage_offset() + layout["offset"])
 
 
-def _extern_value(value: Any, env: dict[str, torch.Tensor], device: torch.device) -> Any:
+def _output(base: torch.Tensor, layout: dict[str, Any], planned: dict | None) -> torch.Tensor:
+    """A graph output; an extern result unlike its plan is handed over as ATen made it, when it is the
+    whole result (a view of it cannot be made safely)."""
+    if planned is None:
+        return _view(base, layout)
+    if [layout["size"], layout["stride"], layout["offset"]] != [planned["size"], planned["stride"], planned["offset"]]:
+        raise RuntimeError_(f"an output views an ATen result of shape {list(base.shape)} as {layout['size']}, "
+                            "the shape PyTorch's meta kernel gives it")
+    return base
+
+
+def _extern_value(value: Any, env: dict[str, torch.Tensor], device: torch.device, unplanned: dict = {}) -> Any:  # noqa: B006
     if isinstance(value, list):
-        return [_extern_value(v, env, device) for v in value]
+        return [_extern_value(v, env, device, unplanned) for v in value]
     if isinstance(value, dict):
         if "tensor" in value:
-            return _view(env[value["tensor"]["buffer"]], value["tensor"])
+            buffer = value["tensor"]["buffer"]
+            return env[buffer] if buffer in unplanned else _view(env[buffer], value["tensor"])
         if "dtype" in value:
             return getattr(torch, value["dtype"])
         if "device" in value:

@@ -174,6 +174,7 @@ class Program:
     outputs: list[GraphOutput]
     buffers: dict[str, Buffer]
     constants: dict[str, int] = field(default_factory=dict)
+    origin_ops: dict[str, str] = field(default_factory=dict)  # wire node name -> its ATen op ("native_layer_norm")
 
     def buffer_dtypes(self) -> dict[str, str]:
         return {name: b.dtype for name, b in self.buffers.items()}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
-from compiler.graph import DTYPES
+from compiler.graph import ITEMSIZES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.options import CompileOptions
@@ -128,16 +128,35 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any) -> Sc
         steps = fuse_nodes(steps, predecessors, read_writes, program, options, log, judge)
     steps = topological_order(steps, predecessors)
     mark_internal_buffers(steps, read_writes, program)
-    itemsize = {name: DTYPES[b.dtype] for name, b in program.buffers.items()}
+    itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
     for step in steps:
         if isinstance(step, KernelGroup):
             tiled = choose_tiling(step.nodes, step.mapping, read_writes, itemsize)
             if tiled is not None:
                 step.mapping, step.tiled = tiled, True
-    for i, step in enumerate(steps):
-        if isinstance(step, KernelGroup):
-            step.name = f"kernel{i}"
+    for i, step in enumerate(s for s in steps if isinstance(s, KernelGroup)):
+        step.name = kernel_name(step, i, program.origin_ops)
     return Schedule(program, steps, read_writes, log.to_json(steps, options))
+
+
+# ops that only re-view their input: they say nothing about what a kernel computes
+VIEW_OPS = frozenset({"view", "reshape", "_unsafe_view", "permute", "expand", "t", "transpose", "unsqueeze",
+                      "squeeze", "slice", "select", "alias", "as_strided", "clone", "contiguous", "detach"})
+NAME_OPS = 4  # ops named at most, as Inductor's names do (longer names are hard to read in a profile)
+
+
+def kernel_name(group: KernelGroup, position: int, origin_ops: dict[str, str]) -> str:
+    """A name a profiler user can read, like Inductor's: fw_{poi|red}_fused_<ops>_<position>,
+    the ATen ops the kernel's nodes came from in program order ("fw_red_fused_native_layer_norm_3")."""
+    ops: list[str] = []
+    for node in group.nodes:
+        for origin in node.origins:
+            op = origin_ops.get(origin, "").strip("_")
+            if op and op not in VIEW_OPS and op not in ops:
+                ops.append(op)
+    kind = "red" if group.is_reduction else "poi"
+    fused = "_".join(ops[:NAME_OPS]) or "copy"
+    return f"fw_{kind}_fused_{fused}_{position}"
 
 
 def _single_step(node: Node, order: int, read_writes: dict[str, ReadWrites]) -> Step:
@@ -152,13 +171,14 @@ def _single_step(node: Node, order: int, read_writes: dict[str, ReadWrites]) -> 
 
 
 def eliminate_dead_nodes(program: Program, read_writes: dict[str, ReadWrites]) -> list[Node]:
-    """Drops nodes whose writes nobody reads; keeps outputs, input mutations and mutating externs."""
+    """Drops nodes whose writes nobody reads; keeps outputs, input mutations, mutating externs and
+    externs that return nothing (checks such as _linalg_check_errors, called for what they raise)."""
     needed = {o.buffer.name for o in program.outputs}
     inputs = {b.name for b in program.inputs}
     kept: list[Node] = []
     for node in reversed(program.nodes):
         writes = read_writes[node.name].write_buffers()
-        if writes & needed or writes & inputs or (isinstance(node, ExternNode) and node.mutated):
+        if writes & needed or writes & inputs or (isinstance(node, ExternNode) and (node.mutated or not node.outputs)):
             kept.append(node)
             needed |= read_writes[node.name].read_buffers()
     return kept[::-1]
@@ -348,7 +368,7 @@ def score_fusion(first: Step, second: Step, read_writes: dict[str, ReadWrites], 
         return names
 
     shared = buffers(first) & buffers(second)
-    saved = sum(program.buffers[b].layout.numel * DTYPES[program.buffers[b].dtype] for b in shared)
+    saved = sum(program.buffers[b].layout.numel * ITEMSIZES[program.buffers[b].dtype] for b in shared)
     distance = abs(second.order - first.last)
     return saved, -distance
 

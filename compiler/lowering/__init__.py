@@ -88,6 +88,7 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
         kwargs = {k: _wire_arg(v, env) for k, v in node.kwargs.items()}
         if depth == 0:
             ctx.origin = node.name
+            ctx.program.origin_ops[node.name] = node.target.split(".")[1]
         try:
             result = lower_call(ctx, node.target, args, kwargs, depth)
         except (LoweringError, ConversionError):
@@ -95,6 +96,9 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
         except Exception as exc:  # a lowering bug must name the node, not crash anonymously
             raise LoweringError(f"node '{ctx.origin}' ({node.target}): {type(exc).__name__}: {exc}") from exc
         env[node.name] = _finish(ctx, result, realize_all=depth == 0 or users.get(node.name, 0) > 1)
+        first = node.args[0] if node.args else None
+        if isinstance(first, Ref) and first.index is None and torch.Tag.inplace_view in resolve_op(node.target).tags:
+            env[first.ref] = env[node.name]  # x.squeeze_() changed x itself: later reads of x see the new view
 
 
 def _count_users(graph: Graph) -> dict[str, int]:
@@ -144,17 +148,21 @@ def _wire_arg(value: Any, env: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------
 
 
-# Dtypes kernels do not compute in: an op that reads or makes tensors of these runs as an ATen call.
-_EXTERN_DTYPES = ("uint16", "uint32", "uint64")
+# Dtypes kernels compute in; an op that reads or makes tensors of any other (complex, uint64...)
+# runs as an ATen call.
+_KERNEL_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
+                            "uint8", "bool"})
 
 
 def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, depth: int = 0) -> Any:
     op = resolve_op(target)
     ctx.out_meta = _meta_outputs(ctx, op, args, kwargs)
+    if torch.Tag.inplace_view in op.tags:
+        return _lower_inplace_view(ctx, target, args, kwargs, depth)
     mutated_index = _mutated_argument(op)
     if mutated_index is not None:
         return _lower_inplace(ctx, op, target, args, kwargs, mutated_index, depth)
-    if registry.always_extern(op) or _touches_extern_dtypes(ctx, args, kwargs):
+    if registry.always_extern(op) or not ctx.out_meta or _touches_extern_dtypes(ctx, args, kwargs):
         return _extern(ctx, target, args, kwargs)
     if target in registry.LOWERINGS:
         try:
@@ -171,6 +179,8 @@ def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, dept
 def _meta_outputs(ctx: LoweringContext, op: Any, args: list, kwargs: dict) -> list[torch.Tensor | None]:
     """The op's outputs on meta tensors, flattened; None where an optional output is not asked for
     (e.g. native_layer_norm_backward's weight gradient when output_mask says False)."""
+    if not op._schema.returns:  # a check such as _linalg_check_errors: an ATen call for its side effect
+        return []
     meta_args = [to_meta(a) for a in args]
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
     try:
@@ -190,7 +200,7 @@ def _touches_extern_dtypes(ctx: LoweringContext, args: list, kwargs: dict) -> bo
     tensors, _ = _split_tensors(args, kwargs)
     dtypes = {t.dtype for t in tensors} | {str(m.dtype).removeprefix("torch.") for m in ctx.out_meta
                                            if isinstance(m, torch.Tensor)}
-    return any(dtype in _EXTERN_DTYPES for dtype in dtypes)
+    return not dtypes <= _KERNEL_DTYPES
 
 
 def flatten_outputs(out: Any) -> list[Any]:
@@ -209,25 +219,30 @@ def to_meta(value: Any) -> Any:
 
 
 def _mutated_argument(op: Any) -> int | None:
-    for i, argument in enumerate(op._schema.arguments):
-        if argument.alias_info is not None and argument.alias_info.is_write and not argument.kwarg_only:
-            return i
-    return None
+    found = _mutated_arguments(op)
+    return found[0] if found else None
+
+
+def _mutated_arguments(op: Any) -> list[int]:
+    """Positions of the positional arguments the op writes into (`Tensor(a!)` in its schema)."""
+    return [i for i, argument in enumerate(op._schema.arguments)
+            if argument.alias_info is not None and argument.alias_info.is_write and not argument.kwarg_only]
 
 
 def _lower_inplace(ctx: LoweringContext, op: Any, target: str, args: list, kwargs: dict, index: int, depth: int) -> Any:
-    """`x.add_(y)`: lower `add(x, y)`, then store the result into x's storage."""
-    namespace, name, overload = target.split(".")
-    functional = f"{namespace}.{name.rstrip('_')}.{overload}"
+    """`x.add_(y)`: lower `add(x, y)`, then store the result into x's storage. An op with no functional
+    twin (`prims.copy_to`, `_native_batch_norm_legit` updating running statistics) runs as an ATen call
+    that writes into every tensor its schema marks as written."""
+    functional = functional_twin(target) or target
+    written = [args[i] for i in _mutated_arguments(op) if i < len(args) and args[i] is not None]
+    for destination in written:
+        if not isinstance(destination, StorageView):
+            raise ctx.fail(f"{target} writes into a tensor that is not a view of a buffer")
+        if destination.buffer.kind == "constant":
+            raise ctx.fail(f"{target} writes into a graph constant; constants are read-only (clone it first)")
+    if functional == target or len(written) > 1 or registry.always_extern(op) or _touches_extern_dtypes(ctx, args, kwargs):
+        return _extern(ctx, target, args, kwargs, mutated=written)
     destination = args[index]
-    if not isinstance(destination, StorageView):
-        raise ctx.fail(f"{target} writes into a tensor that is not a view of a buffer")
-    if destination.buffer.kind == "constant":
-        raise ctx.fail(f"{target} writes into a graph constant; constants are read-only (clone it first)")
-    try:
-        resolve_op(functional)
-    except AttributeError:
-        return _extern(ctx, target, args, kwargs, mutated=[destination])
     meta = ctx.out_meta
     value = lower_call(ctx, functional, args, kwargs, depth)
     ctx.out_meta = meta
@@ -236,15 +251,66 @@ def _lower_inplace(ctx: LoweringContext, op: Any, target: str, args: list, kwarg
     return destination
 
 
+def _lower_inplace_view(ctx: LoweringContext, target: str, args: list, kwargs: dict, depth: int) -> Any:
+    """`x.squeeze_(0)`, `x.t_()`, `x.resize_(n)`: x's sizes and strides change, its data does not. The
+    result is the view the functional twin makes (`_lower_nodes` rebinds x's name to it, as eager
+    changes x itself). resize_ is a contiguous view of x's storage when the storage holds it, and is
+    refused otherwise: compiled code never grows a storage, so it never writes past one."""
+    name = target.split(".")[1]
+    if name in ("resize_", "resize_as_"):
+        return _resize_view(ctx, target, args[0])
+    functional = functional_twin(target)
+    if functional is None:
+        raise ctx.fail(f"{target} changes a tensor's shape in place and has no functional twin to lower")
+    return lower_call(ctx, functional, args, kwargs, depth)
+
+
+def functional_twin(target: str) -> str | None:
+    """The out-of-place overload an in-place op mirrors: the overload of `name` without the trailing
+    `_` whose arguments have the same types (`pow_.Scalar` -> `pow.Tensor_Scalar`, `transpose_.default`
+    -> `transpose.int`); None if there is none."""
+    namespace, name, overload = target.split(".")
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(getattr(torch.ops, namespace), name[:-1], None)
+    if packet is None:
+        return None
+    want = [str(a.type) for a in resolve_op(target)._schema.arguments]
+    names = [overload] + [o for o in packet.overloads() if o != overload]
+    for candidate in names:
+        schema = getattr(packet, candidate, None)
+        if schema is not None and [str(a.type) for a in schema._schema.arguments] == want:
+            return f"{namespace}.{name[:-1]}.{candidate}"
+    return None
+
+
+def _resize_view(ctx: LoweringContext, target: str, x: Any) -> StorageView:
+    size = ctx.out_size
+    layout = Layout.contiguous(size, x.dtype)
+    if isinstance(x, StorageView):
+        layout = Layout(layout.size, layout.stride, x.layout.offset, x.dtype)
+        if layout.storage_numel() <= x.buffer.layout.storage_numel():
+            return StorageView(x.buffer, layout)
+    raise ctx.fail(f"{target} to {list(size)} needs more storage than the tensor has; compiled graphs never "
+                   "grow a tensor's storage")
+
+
 def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated: Sequence[StorageView] = ()) -> Any:
     tensor_meta = [m if isinstance(m, torch.Tensor) else None for m in ctx.out_meta]
     made = iter(ctx.extern(target, args, kwargs, tensor_meta, mutated))
-    if mutated:
+    if mutated and _returns_its_input(target):
         return mutated[0]
     # None stays None (an output not asked for); a number stays the static value meta gave
     outputs = [next(made) if isinstance(meta, torch.Tensor) else meta for meta in ctx.out_meta]
     single = len(outputs) == 1 and not _returns_list(target)
     return outputs[0] if single else tuple(outputs)
+
+
+def _returns_its_input(target: str) -> bool:
+    """`x.add_(y)` returns x (`-> Tensor(a!)`); `_native_batch_norm_legit` writes its running statistics
+    and returns new tensors."""
+    returns = resolve_op(target)._schema.returns
+    return bool(returns) and returns[0].alias_info is not None and returns[0].alias_info.is_write
 
 
 def _returns_list(target: str) -> bool:

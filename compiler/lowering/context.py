@@ -63,6 +63,9 @@ class LoweringContext:
 
     def store(self, value: TensorValue, store: Store) -> None:
         """Writes `value` through `store` (a new buffer, or a view of an existing one for in-place ops)."""
+        if tuple(value.size) != store.layout.size:  # never index a view with another shape: it could write past it
+            raise self.fail(f"a result of shape {list(value.size)} cannot be stored into a view of shape "
+                            f"{list(store.layout.size)}")
         out_dtype = compute_dtype(store.layout.dtype)
 
         def body(ops, index, rindex):

@@ -33,6 +33,8 @@ def embedding(ctx: LoweringContext, weight: TensorValue, indices: TensorValue, p
 
 @register("aten.index_select.default")
 def index_select(ctx: LoweringContext, x: TensorValue, dim: int, index_tensor: TensorValue) -> Lazy:
+    if x.rank == 0:  # a 0-d tensor is one element along dim 0: every index must be 0, the result is x
+        return Lazy(ctx.out_size, ctx.out_dtype, lambda ops, index: x.load(ops, []))
     dim = normalize_dim(dim, x.rank)
     size = x.size[dim]
 

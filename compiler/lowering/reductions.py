@@ -27,6 +27,9 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
 
     `value_dtype` is the dtype values are cast to before reducing (default: the accumulator's).
     """
+    if x.rank == 0:  # PyTorch reads a 0-d tensor as one element along dim 0 (or -1); keepdim keeps 0-d
+        reduction_dims(reshape(x, [1]), dims)  # an out-of-range dim is refused as for a 1-d tensor
+        x, dims, keepdim = reshape(x, [1]), [0], False
     dims = reduction_dims(x, dims)
     kept = [d for d in range(x.rank) if d not in dims]
     ranges = [x.size[d] for d in kept]
@@ -71,7 +74,7 @@ def mean(ctx: LoweringContext, x: TensorValue, dims: Any = None, keepdim: bool =
     acc = compute_dtype(ctx.out_dtype)
     total = reduce_dims(ctx, x, dims, "sum", acc, keepdim)[0]
     count = 1
-    for d in reduction_dims(x, dims):
+    for d in reduction_dims(x, dims) if x.rank else []:
         count *= x.size[d]
     return _scaled(total, lambda ops, v: ops.truediv(v, ops.constant(count, acc)), ctx.out_dtype)
 
@@ -139,7 +142,7 @@ def variance(ctx: LoweringContext, x: TensorValue, dims: Any, correction: float,
     acc = compute_dtype(x.dtype) if x.dtype != "float64" else "float64"
     mean_value, m2 = reduce_dims(ctx, x, dims, "welford", acc, keepdim, out_dtypes=[acc, acc])
     count = 1
-    for d in reduction_dims(x, dims):
+    for d in reduction_dims(x, dims) if x.rank else []:
         count *= x.size[d]
     denominator = max(0.0, count - correction)
     var = Lazy(m2.size, acc, lambda ops, index: ops.truediv(m2.load(ops, index), ops.constant(denominator, acc)))
