@@ -12,6 +12,10 @@ Per mode:
                  local cache, so every artifact comes from the service's cache (a "service hit")
   step_ms        median of --steps timed steps after 3 warm-up steps (CUDA-synchronized wall time)
   kernels        GPU kernels launched by one step (torch.profiler)
+  gpu_ms         GPU time of one step's kernels, summed (torch.profiler)
+  host_ms        median CPU time to issue one step (no synchronization until it has returned)
+  top_kernels    the step's kernels with the most GPU time: name, ms per step, launches
+  peak_gib       peak GPU memory allocated (torch.cuda.max_memory_allocated)
   fallbacks      graphs that ran eagerly (fusewire; on_error="raise" makes any fallback an error)
   loss           the first step's loss, a sanity check that the modes compute the same thing
 """
@@ -50,16 +54,52 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def count_kernels(fn) -> int:
+def profile_kernels(fn, top: int = 8) -> dict:
+    """One call of `fn` under torch.profiler: kernel count, summed GPU time, the top kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_name: dict[str, list[float]] = {}
+    for event in kernels:
+        by_name.setdefault(event.name, []).append(event.device_time_total / 1e3)
+    ranked = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:top]
+    return {"kernels": len(kernels), "gpu_ms": sum(e.device_time_total for e in kernels) / 1e3,
+            "top_kernels": [[name[:120], round(sum(ms), 3), len(ms)] for name, ms in ranked]}
 
 
-def measure(name: str, mode: str, steps: int, url: str | None) -> dict:
+def host_time_ms(fn) -> float:
+    """CPU time to issue `fn`'s work: the GPU is idle at the start, so the queue never fills."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    issued = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return issued * 1e3
+
+
+def host_profile(fn, top: int = 25) -> list:
+    """Where one step's host time goes: cProfile's top functions by own time (10 steps)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(10):
+        fn()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler).sort_stats("tottime")
+    rows = []
+    for (path, line, function), (_, calls, own, cumulative, _) in list(stats.stats.items()):
+        rows.append([f"{Path(path).name}:{line}:{function}", calls // 10, round(own * 100, 3), round(cumulative * 100, 3)])
+    return sorted(rows, key=lambda r: -r[2])[:top]  # [where, calls per step, own ms per step, cumulative ms per step]
+
+
+def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str = "default",
+            cprofile: bool = False) -> dict:
     model = build(name, "bench").to(device="cuda", dtype=torch.bfloat16)
     batch = {k: v.cuda() for k, v in make_batch(name, "bench").items()}
     row: dict = {"model": name, "mode": mode}
@@ -72,7 +112,8 @@ def measure(name: str, mode: str, steps: int, url: str | None) -> dict:
         from client.backend import backend as fusewire_backend
 
         backend = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
-                                   timeout_s=900)
+                                   timeout_s=900, partitioner=partitioner)
+        row["partitioner"] = partitioner
         runner = torch.compile(model, backend=backend)
     torch.manual_seed(1)
     row["first_step_s"], loss = timed(lambda: one_step(runner, name, model, batch))
@@ -81,7 +122,8 @@ def measure(name: str, mode: str, steps: int, url: str | None) -> dict:
         row["fallbacks"] = backend.stats.get("fallbacks", 0)
         row["backend_stats"] = dict(backend.stats)
         torch._dynamo.reset()
-        hit = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise")
+        hit = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
+                               partitioner=partitioner)
         runner = torch.compile(model, backend=hit)
         row["hit_step_s"], _ = timed(lambda: one_step(runner, name, model, batch))
         row["hit_stats"] = dict(hit.stats)
@@ -89,7 +131,10 @@ def measure(name: str, mode: str, steps: int, url: str | None) -> dict:
         one_step(runner, name, model, batch)
     times = [timed(lambda: one_step(runner, name, model, batch))[0] * 1e3 for _ in range(steps)]
     row["step_ms"] = statistics.median(times)
-    row["kernels"] = count_kernels(lambda: one_step(runner, name, model, batch))
+    row["host_ms"] = statistics.median(host_time_ms(lambda: one_step(runner, name, model, batch)) for _ in range(5))
+    row.update(profile_kernels(lambda: one_step(runner, name, model, batch)))
+    if cprofile:
+        row["host_profile"] = host_profile(lambda: one_step(runner, name, model, batch))
     row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     torch._dynamo.reset()
     return row
@@ -107,16 +152,19 @@ def start_stack(state_dir: Path):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(ZOO))
-    parser.add_argument("--modes", default="eager,inductor,fusewire")
+    parser.add_argument("--modes", default="eager,inductor,fusewire",
+                        help="eager, inductor, fusewire (aot_autograd's default partition), "
+                             "fusewire-min_cut (the min-cut rematerialization partitioner)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--url", help="a running fusewire service (default: start one here)")
+    parser.add_argument("--cprofile", action="store_true", help="add each mode's top host functions (cProfile)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--state-dir", type=Path, help="the started stack's Redis data and logs (default: a temp dir)")
     args = parser.parse_args()
     stack = None
     url = args.url
     modes = args.modes.split(",")
-    if "fusewire" in modes and url is None:
+    if any(m.startswith("fusewire") for m in modes) and url is None:
         stack = start_stack(args.state_dir or Path(tempfile.mkdtemp(prefix="fw-stack-")))
         url = stack.url
     rows = []
@@ -125,7 +173,8 @@ def main() -> None:
             for mode in modes:
                 torch.cuda.reset_peak_memory_stats()
                 try:
-                    row = measure(name, mode, args.steps, url)
+                    base, _, partitioner = mode.partition("-")
+                    row = measure(name, base, args.steps, url, partitioner or "default", args.cprofile) | {"mode": mode}
                 except Exception as exc:  # one model's failure is a result too; the rest still run
                     row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
                 rows.append(row)

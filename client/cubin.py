@@ -2,9 +2,10 @@
 
 Triton's own `CompiledKernel` loads a cubin plus its metadata (what its on-disk cache
 holds) and launches it through Triton's small C launcher; nothing is compiled from
-Triton source. Kernels were built assuming 16-byte aligned pointers, so an argument
-that is not aligned is copied to an aligned tensor with the same strides (and copied
-back if the kernel writes it).
+Triton source. `launcher(grid)` binds everything but the stream and the pointers once, and
+calls Triton's C launcher directly (what `CompiledKernel[grid](...)` reaches after several
+Python layers per launch). Kernels were built assuming 16-byte aligned pointers: the runtime
+hands them aligned tensors only.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ import json
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import torch
-
-ALIGNMENT = 16
 
 
 class CubinKernel:
@@ -45,18 +44,35 @@ class CubinKernel:
         if major * 10 + minor != arch:
             raise RuntimeError(f"kernel {name} was built for sm_{arch}, this GPU is sm_{major}{minor}")
 
-    def __getitem__(self, grid: tuple[int, int, int]):
-        def launch(*pointers: torch.Tensor, **_compile_time: Any) -> None:
-            aligned = [_aligned(t) for t in pointers]
-            self.compiled[grid](*aligned, *self.constants)
-            for original, used in zip(pointers, aligned):
-                if used is not original:
-                    original.copy_(used)
-        return launch
+    def launcher(self, grid: tuple[int, int, int]) -> Callable[..., None]:
+        """`launch(stream, *pointers)` runs the kernel on `grid`."""
+        from triton import knobs
+        from triton.runtime import _allocation
 
+        compiled, constants = self.compiled, self.constants
+        compiled._init_handles()
+        run = compiled.run  # Triton's CudaLauncher for this kernel
+        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+            def launch_hooked(stream: int, *pointers: torch.Tensor) -> None:  # a profiler hook wants its metadata
+                compiled[grid](*pointers, *constants, stream=stream)
+            return launch_hooked
+        c_launch = run.launch
+        x, y, z = grid
+        programs = x * y * z * run.num_ctas
 
-def _aligned(tensor: torch.Tensor) -> torch.Tensor:
-    if tensor.data_ptr() % ALIGNMENT == 0:
-        return tensor
-    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
-    return copy.copy_(tensor)
+        def scratch(size: int | None, align: int, allocator: Any, stream: int) -> Any:
+            return allocator.get()(programs * size, align, stream) if size else None
+
+        head = (compiled.function, run.launch_cooperative_grid, run.launch_pdl)
+        tail = (compiled.packed_metadata, None, None, None)
+        if not run.global_scratch_size and not run.profile_scratch_size:
+            def launch(stream: int, *pointers: torch.Tensor) -> None:
+                c_launch(x, y, z, stream, *head, None, None, *tail, *pointers, *constants)
+            return launch
+
+        def launch_with_scratch(stream: int, *pointers: torch.Tensor) -> None:
+            global_scratch = scratch(run.global_scratch_size, run.global_scratch_align, _allocation._allocator, stream)
+            profile_scratch = scratch(run.profile_scratch_size, run.profile_scratch_align,
+                                      _allocation._profile_allocator, stream)
+            c_launch(x, y, z, stream, *head, global_scratch, profile_scratch, *tail, *pointers, *constants)
+        return launch_with_scratch

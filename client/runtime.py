@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -22,6 +22,7 @@ from client import default_cache_dir
 from compiler.artifact import Artifact, constant_file
 
 ALLOWED_NAMESPACES = ("aten", "prims")
+ALIGNMENT = 16  # bytes: kernels were built assuming pointers aligned so (Triton's divisibility hint)
 
 if not torch.cuda.is_available():
     # Triton picks interpreter or compiler when it is imported: decide before anyone imports it.
@@ -40,105 +41,215 @@ def load(artifact: Artifact | bytes, cache_dir: Path | None = None) -> "Compiled
 
 
 class CompiledGraph:
+    """An artifact ready to run. Everything about its plan is worked out once per device
+    (`_Program`): argument lists, grids, allocation sizes and reuse, views; a call checks the
+    inputs' signature and walks the prepared steps."""
+
     def __init__(self, artifact: Artifact, cache_dir: Path) -> None:
         self.artifact = artifact
         self.cache_dir = cache_dir
         self.plan = artifact.plan
-        self._kernels: dict[str, dict[str, Any]] = {}  # device type -> name -> launcher
-        self._constants: dict[torch.device, dict[str, torch.Tensor]] = {}  # device -> buffer -> values
-        # buffers kernels read or write: they must have exactly their planned layout and dtype
-        self._kernel_read = {name for step in self.plan["steps"] if step["op"] == "kernel" for name in step["args"]}
+        self._programs: dict[torch.device, _Program] = {}
+        self._input_specs = [(tuple(s["size"]), tuple(s["stride"]), getattr(torch, s["dtype"]))
+                             for s in self.plan["inputs"]]
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         self._check_inputs(inputs)
-        device = inputs[0].device if inputs else torch.device("cpu")
-        kernels = self._kernels_for(device)
-        env: dict[str, torch.Tensor] = {spec["buffer"]: t for spec, t in zip(self.plan["inputs"], inputs)}
-        env.update(self._constants_on(device))
-        kept: dict[str, torch.Tensor] = {}  # freed buffers a later allocation reuses
-        unplanned: dict[str, dict] = {}  # extern results unlike their planned layout (read by no kernel) -> plan
-        for step in self.plan["steps"]:
-            op = step["op"]
-            if op == "alloc" and "reuse" in step:
-                env[step["buffer"]] = kept.pop(step["reuse"])
-            elif op == "alloc":
-                meta = self.plan["buffers"][step["buffer"]]
-                env[step["buffer"]] = torch.empty(meta["numel"], dtype=getattr(torch, meta["dtype"]), device=device)
-            elif op == "free":
-                tensor = env.pop(step["buffer"], None)
-                if step.get("keep"):
-                    kept[step["buffer"]] = tensor
-            elif op == "kernel":
-                self._launch(kernels[step["kernel"]], step, env)
-            elif op == "extern":
-                self._extern(step, env, device, unplanned)
-            else:
-                raise RuntimeError_(f"unknown plan step {op!r}")
-        return [_output(env[o["buffer"]], o, unplanned.get(o["buffer"])) for o in self.plan["outputs"]]
+        return self.run_checked(inputs)
+
+    def run_checked(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Runs on inputs whose shapes, strides and dtypes the caller has checked already."""
+        device = inputs[0].device if inputs else _CPU
+        program = self._programs.get(device)
+        if program is None:
+            program = self._programs[device] = _Program(self, device)
+        return program.run(inputs)
 
     def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
-        specs = self.plan["inputs"]
-        if len(inputs) != len(specs):
-            raise RuntimeError_(f"expected {len(specs)} inputs, got {len(inputs)}")
-        for i, (spec, tensor) in enumerate(zip(specs, inputs)):
-            got = (list(tensor.shape), list(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
-            want = (spec["size"], spec["stride"], spec["dtype"])
-            if got != want and not _equivalent_strides(tensor, spec):
-                raise RuntimeError_(f"input {i}: compiled for shape/stride/dtype {want}, got {got}")
+        if len(inputs) != len(self._input_specs):
+            raise RuntimeError_(f"expected {len(self._input_specs)} inputs, got {len(inputs)}")
+        for i, ((size, stride, dtype), tensor) in enumerate(zip(self._input_specs, inputs)):
+            if tensor.shape == size and tensor.dtype == dtype and tensor.stride() == stride:
+                continue
+            spec = self.plan["inputs"][i]
+            if not _equivalent_strides(tensor, spec):
+                got = (list(tensor.shape), list(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
+                raise RuntimeError_(f"input {i}: compiled for shape/stride/dtype "
+                                    f"{(spec['size'], spec['stride'], spec['dtype'])}, got {got}")
+
+    def _kernels_on(self, device: torch.device) -> dict[str, Any]:
+        return {k["name"]: _load_kernel(self.artifact, k, device, self.cache_dir) for k in self.artifact.manifest["kernels"]}
 
     def _constants_on(self, device: torch.device) -> dict[str, torch.Tensor]:
-        """The graph's constants on `device`, made once from the artifact's bytes."""
-        if device not in self._constants:
-            self._constants[device] = {entry["buffer"]: _constant(self.artifact.files[constant_file(entry)], entry, device)
-                                       for entry in self.plan.get("constants", [])}
-        return self._constants[device]
+        """The graph's constants on `device`, made from the artifact's bytes."""
+        return {entry["buffer"]: _constant(self.artifact.files[constant_file(entry)], entry, device)
+                for entry in self.plan.get("constants", [])}
 
-    def _kernels_for(self, device: torch.device) -> dict[str, Any]:
-        if device.type not in self._kernels:
-            self._kernels[device.type] = {k["name"]: _load_kernel(self.artifact, k, device, self.cache_dir)
-                                          for k in self.artifact.manifest["kernels"]}
-        return self._kernels[device.type]
 
-    @staticmethod
-    def _launch(kernel: Any, step: dict[str, Any], env: dict[str, torch.Tensor]) -> None:
-        config = step["config"]
-        args = [env[name] for name in step["args"]]
+_CPU = torch.device("cpu")
+Env = list  # a call's tensors, one slot per buffer of the plan
+Unplanned = dict  # buffer -> planned layout, for extern results unlike their plan (read by no kernel)
+
+
+class _Program:
+    """The plan prepared for one device: each step a closure over slot numbers (buffers), its
+    launcher and its grid. `run` fills a fresh slot list and calls the steps in order."""
+
+    def __init__(self, graph: CompiledGraph, device: torch.device) -> None:
+        plan = self.plan = graph.plan
+        self.device = device
+        self.slots: dict[str, int] = {spec["buffer"]: i for i, spec in enumerate(plan["inputs"])}
+        self.inputs = len(self.slots)
+        kernel_read = {name for step in plan["steps"] if step["op"] == "kernel" for name in step["args"]}
+        self.constants = [(self._slot(name), tensor) for name, tensor in graph._constants_on(device).items()]
+        kernels = graph._kernels_on(device)
+        self.steps = [self._prepare(step, kernels, kernel_read) for step in plan["steps"]]
+        self.outputs = [self._output(o) for o in plan["outputs"]]
+        self.template: Env = [None] * len(self.slots)
+        for slot, tensor in self.constants:
+            self.template[slot] = tensor
+        # inputs that kernels read directly: on a GPU their addresses must be 16-byte aligned
+        self.aligned_inputs = [i for i, spec in enumerate(plan["inputs"]) if spec["buffer"] in kernel_read] \
+            if device.type == "cuda" else []
+
+    def _slot(self, buffer: str) -> int:
+        return self.slots.setdefault(buffer, len(self.slots))
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        env = self.template.copy()
+        env[:self.inputs] = inputs
+        moved = [i for i in self.aligned_inputs if env[i].data_ptr() % ALIGNMENT]
+        for i in moved:  # kernels were built for aligned pointers: run on an aligned copy
+            env[i] = torch.empty_strided(inputs[i].shape, inputs[i].stride(), dtype=inputs[i].dtype,
+                                         device=self.device).copy_(inputs[i])
+        stream = torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
+        unplanned: Unplanned = {}
+        for step in self.steps:
+            step(env, unplanned, stream)
+        for i in moved:  # the copy may have been written (a mutated input)
+            inputs[i].copy_(env[i])
+        return [output(env, unplanned) for output in self.outputs]
+
+    def _prepare(self, step: dict[str, Any], kernels: dict[str, Any], kernel_read: set[str]) -> Callable:
+        op = step["op"]
+        if op == "alloc":
+            return self._alloc(step)
+        if op == "free":
+            slot = self._slot(step["buffer"])
+            if step.get("keep"):  # a later alloc reuses it (and clears the slot then)
+                return lambda env, unplanned, stream: None
+
+            def free(env: Env, unplanned: Unplanned, stream: int) -> None:
+                env[slot] = None
+            return free
+        if op == "kernel":
+            return self._kernel(step, kernels[step["kernel"]])
+        if op == "extern":
+            return self._extern(step, kernel_read)
+        raise RuntimeError_(f"unknown plan step {op!r}")
+
+    def _alloc(self, step: dict[str, Any]) -> Callable:
+        slot = self._slot(step["buffer"])
+        if "reuse" in step:
+            old = self._slot(step["reuse"])
+
+            def reuse(env: Env, unplanned: Unplanned, stream: int) -> None:
+                env[slot], env[old] = env[old], None
+            return reuse
+        meta = self.plan["buffers"][step["buffer"]]
+        return _allocator(slot, meta["numel"], getattr(torch, meta["dtype"]), self.device)
+
+    def _kernel(self, step: dict[str, Any], kernel: Any) -> Callable:
+        slots = [self._slot(name) for name in step["args"]]
         grid = tuple(step["grid"])
-        kernel[grid](*args, xnumel=step["xnumel"], rnumel=step["rnumel"], XBLOCK=config["XBLOCK"],
-                     RBLOCK=config["RBLOCK"], num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
+        if hasattr(kernel, "launcher"):  # a prebuilt cubin: the cheapest launch path there is
+            launch = kernel.launcher(grid)
 
-    def _extern(self, step: dict[str, Any], env: dict[str, torch.Tensor], device: torch.device,
-                unplanned: dict[str, dict]) -> None:
+            def run_cubin(env: Env, unplanned: Unplanned, stream: int) -> None:
+                launch(stream, *[env[i] for i in slots])
+            return run_cubin
+        config = step["config"]
+        fixed = dict(xnumel=step["xnumel"], rnumel=step["rnumel"], XBLOCK=config["XBLOCK"], RBLOCK=config["RBLOCK"],
+                     num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
+        launch = kernel[grid]
+
+        def run_source(env: Env, unplanned: Unplanned, stream: int) -> None:
+            launch(*[env[i] for i in slots], **fixed)
+        return run_source
+
+    def _extern(self, step: dict[str, Any], kernel_read: set[str]) -> Callable:
         namespace, name, overload = step["target"].split(".")
         if namespace not in ALLOWED_NAMESPACES:
             raise RuntimeError_(f"extern call to {step['target']} is not allowed")
         op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
-        args = [_extern_value(a, env, device, unplanned) for a in step["args"]]
-        kwargs = {k: _extern_value(v, env, device, unplanned) for k, v in step["kwargs"].items()}
-        result = op(*args, **kwargs)
-        results = [result] if isinstance(result, torch.Tensor) else list(result) if result is not None else []
-        if "positions" in step:
-            results = [results[i] for i in step["positions"]]
-        for buffer, tensor, layout in zip(step["outputs"], results, step["layouts"]):
-            unlike = list(tensor.shape) != layout["size"] or str(tensor.dtype).removeprefix("torch.") != layout["dtype"]
-            if unlike and buffer not in self._kernel_read:
-                # e.g. the CPU kernel's empty (or bf16) batch-norm statistics where PyTorch's meta kernel
-                # says float32 of the channel count: read only by other ATen calls, which agree with it
-                env[buffer], unplanned[buffer] = tensor, layout
-                continue
-            env[buffer] = _as_planned(tensor, layout, step["target"], device)
+        args = [self._value(a) for a in step["args"]]
+        kwargs = {k: self._value(v) for k, v in step["kwargs"].items()}
+        positions = step.get("positions")
+        outputs = [(self._slot(b), b, layout, b in kernel_read) for b, layout in zip(step["outputs"], step["layouts"])]
+        target, device = step["target"], self.device
+
+        def call(env: Env, unplanned: Unplanned, stream: int) -> None:
+            result = op(*[a(env, unplanned) for a in args], **{k: v(env, unplanned) for k, v in kwargs.items()})
+            results = [result] if isinstance(result, torch.Tensor) else list(result) if result is not None else []
+            if positions is not None:
+                results = [results[i] for i in positions]
+            for (slot, buffer, layout, read_by_kernel), tensor in zip(outputs, results):
+                if not read_by_kernel and _unlike(tensor, layout):
+                    # e.g. the CPU kernel's empty (or bf16) batch-norm statistics where PyTorch's meta kernel
+                    # says float32 of the channel count: read only by other ATen calls, which agree with it
+                    env[slot], unplanned[buffer] = tensor, layout
+                    continue
+                env[slot] = _as_planned(tensor, layout, target, device)
+        return call
+
+    def _value(self, value: Any) -> Callable[[Env, Unplanned], Any]:
+        """An extern argument, as a function of the call's slots."""
+        if isinstance(value, list):
+            items = [self._value(v) for v in value]
+            return lambda env, unplanned: [item(env, unplanned) for item in items]
+        if isinstance(value, dict) and "tensor" in value:
+            layout = value["tensor"]
+            slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
+            size, stride, offset = layout["size"], layout["stride"], layout["offset"]
+
+            whole = (tuple(size), tuple(stride))
+
+            def view(env: Env, unplanned: Unplanned) -> torch.Tensor:
+                base = env[slot]
+                if buffer in unplanned or (not offset and (base.shape, base.stride()) == whole):
+                    return base  # an ATen result or an input seen whole: no view to make
+                return base.as_strided(size, stride, base.storage_offset() + offset)
+            return view
+        constant = _extern_constant(value, self.device)
+        return lambda env, unplanned: constant
+
+    def _output(self, layout: dict[str, Any]) -> Callable[[Env, Unplanned], torch.Tensor]:
+        slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
+        return lambda env, unplanned: _output(env[slot], layout, unplanned.get(buffer))
+
+
+def _allocator(slot: int, numel: int, dtype: Any, device: torch.device) -> Callable:
+    def alloc(env: Env, unplanned: Unplanned, stream: int) -> None:
+        env[slot] = torch.empty(numel, dtype=dtype, device=device)
+    return alloc
+
+
+def _unlike(tensor: torch.Tensor, layout: dict[str, Any]) -> bool:
+    return list(tensor.shape) != layout["size"] or str(tensor.dtype).removeprefix("torch.") != layout["dtype"]
 
 
 def _as_planned(tensor: torch.Tensor, layout: dict[str, Any], target: str, device: torch.device) -> torch.Tensor:
     """An extern result in the layout and dtype the plan gives it (PyTorch's meta kernel's), so kernels
     that read it index it as planned. Some CPU kernels disagree with their meta kernel (bf16 batch
-    norm statistics come back bf16, not float32): converted. A shape that disagrees is refused, since
-    no kernel could read it safely."""
+    norm statistics come back bf16, not float32): converted, as is a view at an address kernels
+    cannot take (not 16-byte aligned). A shape that disagrees is refused, since no kernel could read
+    it safely."""
     if list(tensor.shape) != layout["size"]:
         raise RuntimeError_(f"{target} returned a tensor of shape {list(tensor.shape)} where the plan (PyTorch's "
                             f"meta kernel for it) has {layout['size']}")
     dtype = getattr(torch, layout["dtype"])
-    if tensor.dtype != dtype or (list(tensor.stride()) != layout["stride"] and tensor.numel() > 1):
+    misaligned = device.type == "cuda" and tensor.data_ptr() % ALIGNMENT
+    if tensor.dtype != dtype or (list(tensor.stride()) != layout["stride"] and tensor.numel() > 1) or misaligned:
         tensor = torch.empty_strided(layout["size"], layout["stride"], dtype=dtype, device=device).copy_(tensor)
     return tensor
 
@@ -171,13 +282,9 @@ def _output(base: torch.Tensor, layout: dict[str, Any], planned: dict | None) ->
     return base
 
 
-def _extern_value(value: Any, env: dict[str, torch.Tensor], device: torch.device, unplanned: dict = {}) -> Any:  # noqa: B006
-    if isinstance(value, list):
-        return [_extern_value(v, env, device, unplanned) for v in value]
+def _extern_constant(value: Any, device: torch.device) -> Any:
+    """A non-tensor extern argument as ATen takes it (dtypes, devices, floats written as strings...)."""
     if isinstance(value, dict):
-        if "tensor" in value:
-            buffer = value["tensor"]["buffer"]
-            return env[buffer] if buffer in unplanned else _view(env[buffer], value["tensor"])
         if "dtype" in value:
             return getattr(torch, value["dtype"])
         if "device" in value:

@@ -231,15 +231,16 @@ def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
     from client.cubin import CubinKernel
 
     entry = {"name": kernel.name, "cubin_metadata": kernel.cubin_metadata}
-    launcher = CubinKernel(entry, kernel.cubin)
-    sets = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
     grid = tuple(launch_grid(kernel.numel, kernel.rnumel, kernel.config))
+    launch = CubinKernel(entry, kernel.cubin).launcher(grid)
+    sets = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
+    stream = torch.cuda.current_stream().cuda_stream
 
     def batch(launches: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for i in range(launches):
-            launcher[grid](*sets[i % 2])
+            launch(stream, *sets[i % 2])
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / launches

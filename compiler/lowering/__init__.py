@@ -26,6 +26,7 @@ from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import registry
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
+from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, padded_layout, viewed_by_outputs
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
 
 # The modules below fill registry.LOWERINGS when imported.
@@ -41,6 +42,8 @@ def lower(graph: Graph) -> Program:
     """Lowers a validated wire graph to a Program of ComputeNodes and ExternNodes."""
     program = Program(inputs=[], nodes=[], outputs=[], buffers={})
     ctx = LoweringContext(program)
+    padded = matmul_operands(graph)
+    ctx.graph_outputs = viewed_by_outputs(graph)
     env: dict[str, Any] = {}
     for i, spec in enumerate(graph.inputs):
         layout = Layout(tuple(spec.shape), tuple(spec.strides()), 0, spec.dtype)
@@ -50,7 +53,7 @@ def lower(graph: Graph) -> Program:
         env[spec.name] = StorageView(buffer, layout)
     for i, spec in enumerate(graph.constants):
         env[spec.name] = _lower_constant(ctx, spec, i)
-    _lower_nodes(ctx, graph, env, depth=0)
+    _lower_nodes(ctx, graph, env, depth=0, padded=padded)
     for i, ref in enumerate(graph.outputs):
         value = _resolve_ref(ref, env)
         ctx.origin = f"outputs[{i}]"
@@ -81,7 +84,10 @@ def _resolve_ref(ref: Ref, env: dict[str, Any]) -> Any:
     return value if ref.index is None else value[ref.index]
 
 
-def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth: int) -> None:
+def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth: int,
+                 padded: dict[str, list[int]] | None = None) -> None:
+    """`padded`: nodes whose results may get padded row strides, with the last sizes their
+    reshapes ask for (lowering.padding.matmul_operands)."""
     users = _count_users(graph)
     for node in graph.nodes:
         args = [_wire_arg(a, env) for a in node.args]
@@ -95,7 +101,8 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
             raise
         except Exception as exc:  # a lowering bug must name the node, not crash anonymously
             raise LoweringError(f"node '{ctx.origin}' ({node.target}): {type(exc).__name__}: {exc}") from exc
-        env[node.name] = _finish(ctx, result, realize_all=depth == 0 or users.get(node.name, 0) > 1)
+        env[node.name] = _finish(ctx, result, realize_all=depth == 0 or users.get(node.name, 0) > 1,
+                                 pad=(padded or {}).get(node.name))
         first = node.args[0] if node.args else None
         if isinstance(first, Ref) and first.index is None and torch.Tag.inplace_view in resolve_op(node.target).tags:
             env[first.ref] = env[node.name]  # x.squeeze_() changed x itself: later reads of x see the new view
@@ -118,18 +125,24 @@ def _count_users(graph: Graph) -> dict[str, int]:
     return counts
 
 
-def _finish(ctx: LoweringContext, result: Any, realize_all: bool) -> Any:
-    """Realizes lazy results (with the layout eager would give) when the caller asks for it."""
+def _finish(ctx: LoweringContext, result: Any, realize_all: bool, pad: list[int] | None = None) -> Any:
+    """Realizes lazy results (with the layout eager would give) when the caller asks for it; with
+    padded rows when `pad` (the last sizes the result's reshapes ask for) keeps rows whole."""
     if isinstance(result, (list, tuple)):
         return tuple(_finish_one(ctx, r, m, realize_all) for r, m in zip(result, ctx.out_meta))
-    return _finish_one(ctx, result, ctx.out_meta[0] if ctx.out_meta else None, realize_all)
+    return _finish_one(ctx, result, ctx.out_meta[0] if ctx.out_meta else None, realize_all, pad)
 
 
-def _finish_one(ctx: LoweringContext, value: Any, meta: torch.Tensor | None, realize_all: bool) -> Any:
+def _finish_one(ctx: LoweringContext, value: Any, meta: torch.Tensor | None, realize_all: bool,
+                pad: list[int] | None = None) -> Any:
     if isinstance(value, TensorValue) and meta is not None and value.dtype != str(meta.dtype).removeprefix("torch."):
         value = Lazy(value.size, str(meta.dtype).removeprefix("torch."), value.load)  # e.g. a bf16 sum kept in fp32
     if isinstance(value, Lazy) and realize_all:
-        return ctx.realize(value, dense_layout(meta) if meta is not None and tuple(meta.shape) == value.size else None)
+        if meta is None or tuple(meta.shape) != value.size:
+            return ctx.realize(value)
+        layout = dense_layout(meta)
+        keeps_rows = pad is not None and value.size and all(last == value.size[-1] for last in pad)
+        return ctx.realize(value, padded_layout(layout) if keeps_rows else layout)
     return value
 
 
@@ -296,7 +309,13 @@ def _resize_view(ctx: LoweringContext, target: str, x: Any) -> StorageView:
 
 
 def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated: Sequence[StorageView] = ()) -> Any:
+    sliced = None
+    if target.split(".")[1] in MATMUL_OPS and all(isinstance(args[i], TensorValue)
+                                                  for i in MATMUL_OPS[target.split(".")[1]]):
+        args, sliced = pad_matmul(ctx, target, args)
     tensor_meta = [m if isinstance(m, torch.Tensor) else None for m in ctx.out_meta]
+    if sliced is not None:  # the product of zero-padded operands: computed whole, read as its corner
+        return _padded_product(ctx, target, args, kwargs, tensor_meta[0], sliced)
     made = iter(ctx.extern(target, args, kwargs, tensor_meta, mutated))
     if mutated and _returns_its_input(target):
         return mutated[0]
@@ -304,6 +323,15 @@ def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated
     outputs = [next(made) if isinstance(meta, torch.Tensor) else meta for meta in ctx.out_meta]
     single = len(outputs) == 1 and not _returns_list(target)
     return outputs[0] if single else tuple(outputs)
+
+
+def _padded_product(ctx: LoweringContext, target: str, args: list, kwargs: dict, meta: torch.Tensor,
+                    corner: tuple[int, int]) -> StorageView:
+    first, second = MATMUL_OPS[target.split(".")[1]]
+    size = (*args[first].size[:-1], args[second].size[-1])
+    (whole,) = ctx.extern(target, args, kwargs, [torch.empty(size, dtype=meta.dtype, device="meta")])
+    layout = whole.layout
+    return StorageView(whole.buffer, Layout((*size[:-2], *corner), layout.stride, layout.offset, layout.dtype))
 
 
 def _returns_its_input(target: str) -> bool:

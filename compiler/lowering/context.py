@@ -32,6 +32,8 @@ class LoweringContext:
     program: Program
     origin: str = ""  # wire node being lowered, for names and error messages
     out_meta: list[torch.Tensor] = field(default_factory=list)
+    padded_copies: dict[tuple, StorageView] = field(default_factory=dict)  # lowering.padding.padded_operand
+    graph_outputs: set[str] = field(default_factory=set)  # wire nodes that are graph outputs or viewed by one
     _counter: Any = field(default_factory=itertools.count)
 
     # --- metadata of the node being lowered -----------------------------------------

@@ -199,3 +199,14 @@ def _closed_port() -> int:
     from svc_helpers import free_port
 
     return free_port()
+
+
+def test_min_cut_partitioner_trains_like_eager(api_server, tmp_path):
+    be = backend(url=api_server.url, token=TOKEN, cache_dir=tmp_path / "cache", on_error="raise", partitioner="min_cut")
+    assert_close(train(be, steps=2))
+    assert be.stats["fallbacks"] == 0 and be.stats["graphs"] >= 3, be.stats
+
+
+def test_unknown_partitioner_is_refused():
+    with pytest.raises(ValueError, match="partitioner must be one of"):
+        backend(url="http://127.0.0.1:1", partitioner="greedy")
