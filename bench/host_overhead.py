@@ -17,13 +17,14 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from gpu_profile import host_time_ms, profile_kernels  # noqa: E402
 
 
 def chain(softmaxes: int):
@@ -32,26 +33,6 @@ def chain(softmaxes: int):
             x = torch.softmax(x * 1.5, dim=i % 2)
         return x
     return fn
-
-
-def host_ms(call, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    return statistics.median(times) * 1e3
-
-
-def kernels_per_call(call) -> int:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
 def fusewire_call(fn, x: torch.Tensor):
@@ -73,8 +54,8 @@ def measure(name: str, call, calls: int, expected: torch.Tensor) -> dict:
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
     for _ in range(10):
         call()
-    per_call = host_ms(call, calls)
-    kernels = kernels_per_call(call)
+    per_call = statistics.median(host_time_ms(call) for _ in range(calls))
+    kernels = profile_kernels(call)["kernels"]
     return {"compiler": name, "kernels": kernels, "host_ms_per_call": round(per_call, 4),
             "host_us_per_kernel": round(per_call * 1e3 / kernels, 2)}
 

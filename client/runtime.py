@@ -101,12 +101,12 @@ class _Program:
         self.slots: dict[str, int] = {spec["buffer"]: i for i, spec in enumerate(plan["inputs"])}
         self.inputs = len(self.slots)
         kernel_read = {name for step in plan["steps"] if step["op"] == "kernel" for name in step["args"]}
-        self.constants = [(self._slot(name), tensor) for name, tensor in graph._constants_on(device).items()]
+        constants = [(self._slot(name), tensor) for name, tensor in graph._constants_on(device).items()]
         kernels = graph._kernels_on(device)
         self.steps = [self._prepare(step, kernels, kernel_read) for step in plan["steps"]]
         self.outputs = [self._output(o) for o in plan["outputs"]]
         self.template: Env = [None] * len(self.slots)
-        for slot, tensor in self.constants:
+        for slot, tensor in constants:
             self.template[slot] = tensor
         # inputs that kernels read directly: on a GPU their addresses must be 16-byte aligned
         self.aligned_inputs = [i for i, spec in enumerate(plan["inputs"]) if spec["buffer"] in kernel_read] \
@@ -209,16 +209,14 @@ class _Program:
             return lambda env, unplanned: [item(env, unplanned) for item in items]
         if isinstance(value, dict) and "tensor" in value:
             layout = value["tensor"]
-            slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
-            size, stride, offset = layout["size"], layout["stride"], layout["offset"]
-
-            whole = (tuple(size), tuple(stride))
+            slot, buffer, offset = self._slot(layout["buffer"]), layout["buffer"], layout["offset"]
+            whole = (tuple(layout["size"]), tuple(layout["stride"]))
 
             def view(env: Env, unplanned: Unplanned) -> torch.Tensor:
                 base = env[slot]
                 if buffer in unplanned or (not offset and (base.shape, base.stride()) == whole):
                     return base  # an ATen result or an input seen whole: no view to make
-                return base.as_strided(size, stride, base.storage_offset() + offset)
+                return _view(base, layout)
             return view
         constant = _extern_constant(value, self.device)
         return lambda env, unplanned: constant

@@ -42,8 +42,8 @@ def lower(graph: Graph) -> Program:
     """Lowers a validated wire graph to a Program of ComputeNodes and ExternNodes."""
     program = Program(inputs=[], nodes=[], outputs=[], buffers={})
     ctx = LoweringContext(program)
-    padded = matmul_operands(graph)
     ctx.graph_outputs = viewed_by_outputs(graph)
+    padded = matmul_operands(graph, ctx.graph_outputs)
     env: dict[str, Any] = {}
     for i, spec in enumerate(graph.inputs):
         layout = Layout(tuple(spec.shape), tuple(spec.strides()), 0, spec.dtype)
@@ -310,8 +310,8 @@ def _resize_view(ctx: LoweringContext, target: str, x: Any) -> StorageView:
 
 def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated: Sequence[StorageView] = ()) -> Any:
     sliced = None
-    if target.split(".")[1] in MATMUL_OPS and all(isinstance(args[i], TensorValue)
-                                                  for i in MATMUL_OPS[target.split(".")[1]]):
+    matrices = MATMUL_OPS.get(target.split(".")[1], ())
+    if matrices and all(isinstance(args[i], TensorValue) for i in matrices):
         args, sliced = pad_matmul(ctx, target, args)
     tensor_meta = [m if isinstance(m, torch.Tensor) else None for m in ctx.out_meta]
     if sliced is not None:  # the product of zero-padded operands: computed whole, read as its corner

@@ -42,45 +42,43 @@ COPY_MIN_NUMEL, COPY_MIN_DIM = 1 << 20, 64  # smaller operands keep their layout
 PAD_MIN_WORK = 1 << 30  # batch * M * N * K of a product whose misaligned dims are worth zero-padding
 
 
-def matmul_operands(graph: Graph) -> dict[str, list[int]]:
+def matmul_operands(graph: Graph, graph_outputs: set[str]) -> dict[str, list[int]]:
     """The wire nodes whose results are worth padding (see the module docstring), each with the
     last sizes its reshapes ask for: padding is safe when they all equal its own last size (a
-    reshape that keeps rows whole is a view of the padded layout; one that merges rows is not)."""
+    reshape that keeps rows whole is a view of the padded layout; one that merges rows is not).
+    `graph_outputs`: `viewed_by_outputs(graph)`, never padded."""
     op_of = {node.name: node.target.split(".")[1] for node in graph.nodes}
+    args_of = {node.name: node.args for node in graph.nodes}
     users: dict[str, list] = {}
     for node in graph.nodes:
         for arg in node.args:
             if isinstance(arg, Ref):
                 users.setdefault(arg.ref, []).append(node)
-    outputs = {ref.ref for ref in graph.outputs}
     found: dict[str, list[int]] = {}
     for node in graph.nodes:
         for position in MATMUL_OPS.get(op_of[node.name], ()):
             if position < len(node.args) and isinstance(node.args[position], Ref):
-                name = _through_views(node.args[position].ref, graph, op_of)
-                if name in op_of and name not in found:
-                    lasts = _reshape_lasts(name, users, op_of, outputs)
+                name = _through_views(node.args[position].ref, args_of, op_of)
+                if name in op_of and name not in found and name not in graph_outputs:
+                    lasts = _reshape_lasts(name, users, op_of)
                     if lasts is not None:
                         found[name] = lasts
     return found
 
 
-def _through_views(name: str, graph: Graph, op_of: dict[str, str]) -> str:
-    args_of = {node.name: node.args for node in graph.nodes}
+def _through_views(name: str, args_of: dict[str, list], op_of: dict[str, str]) -> str:
     while op_of.get(name) in RESHAPES | TRANSPOSES and args_of[name] and isinstance(args_of[name][0], Ref):
         name = args_of[name][0].ref
     return name
 
 
-def _reshape_lasts(name: str, users: dict[str, list], op_of: dict[str, str], outputs: set[str]) -> list[int] | None:
-    """Last sizes of the reshapes among `name`'s view users; None when padding it is unsafe: it or
-    a view of it is a graph output, or a view of it is viewed in a way that may cross rows."""
+def _reshape_lasts(name: str, users: dict[str, list], op_of: dict[str, str]) -> list[int] | None:
+    """Last sizes of the reshapes among `name`'s view users; None when padding it is unsafe: a view
+    of it is viewed in a way that may cross rows."""
     lasts: list[int] = []
     pending = [(name, False)]  # (value, already transposed)
     while pending:
         value, transposed = pending.pop()
-        if value in outputs:
-            return None
         for user in users.get(value, []):
             op = op_of[user.name]
             if op in RESHAPES and not transposed and user.args[0] == Ref(ref=value) and len(user.args) > 1 \
