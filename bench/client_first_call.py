@@ -122,9 +122,10 @@ def main() -> None:
 
         state = Path(tempfile.mkdtemp(prefix="fusewire-bench-"))
         target = "cpu" if args.device == "cpu" else "auto"
-        stack = Stack(StackConfig(port=0, state_dir=state, targets=[target]))
+        stack = Stack(StackConfig(port=0, state_dir=state, targets=[target], trust_file=state / "trusted_keys"))
         print(f"starting a stack in {state} ...", file=sys.stderr)
         stack.start()
+        os.environ["FUSEWIRE_TRUSTED_KEYS_FILE"] = str(stack.trusted_in)  # children inherit it
         args.url = stack.url
     try:
         with tempfile.TemporaryDirectory(prefix="fusewire-bench-cache-") as tmp:

@@ -2,7 +2,11 @@
 Inductor (torch.compile defaults) and fusewire through its real stack (redis-server, a GPU Celery
 worker, the API; started here unless --url is given).
 
-    python bench/models.py [--models gpt2,llama] [--steps 20] [--json out.json]
+    python bench/models.py [--models gpt2,llama] [--modes eager,inductor,fusewire] [--steps 20] [--json out.json]
+
+Modes: eager, inductor, fusewire; `-cudagraphs` after inductor or fusewire replays CUDA graphs
+(Inductor's mode="reduce-overhead", fusewire's cuda_graphs=True), `-min_cut` after fusewire uses
+the min-cut partitioner.
 
 Each model runs in bf16 on CUDA. One step is forward, loss and backward of the compiled module
 (gradients set to None before each step; no optimizer, which stays outside the compiled module).
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -74,7 +79,7 @@ def host_profile(fn, top: int = 25) -> list:
 
 
 def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str = "default",
-            cprofile: bool = False) -> dict:
+            cprofile: bool = False, cuda_graphs: bool = False) -> dict:
     model = build(name, "bench").to(device="cuda", dtype=torch.bfloat16)
     batch = {k: v.cuda() for k, v in make_batch(name, "bench").items()}
     row: dict = {"model": name, "mode": mode}
@@ -82,12 +87,12 @@ def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str 
     if mode == "eager":
         runner = model
     elif mode == "inductor":
-        runner = torch.compile(model)
+        runner = torch.compile(model, mode="reduce-overhead" if cuda_graphs else None)
     else:
         from client.backend import backend as fusewire_backend
 
         backend = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
-                                   timeout_s=900, partitioner=partitioner)
+                                   timeout_s=900, partitioner=partitioner, cuda_graphs=cuda_graphs)
         row["partitioner"] = partitioner
         runner = torch.compile(model, backend=backend)
     torch.manual_seed(1)
@@ -98,7 +103,7 @@ def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str 
         row["backend_stats"] = dict(backend.stats)
         torch._dynamo.reset()
         hit = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
-                               partitioner=partitioner)
+                               partitioner=partitioner, cuda_graphs=cuda_graphs)
         runner = torch.compile(model, backend=hit)
         row["hit_step_s"], _ = timed(lambda: one_step(runner, name, model, batch))
         row["hit_stats"] = dict(hit.stats)
@@ -111,6 +116,8 @@ def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str 
     if cprofile:
         row["host_profile"] = host_profile(lambda: one_step(runner, name, model, batch))
     row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    if backend is not None:
+        row["hit_stats"], row["uncaptured"] = dict(hit.stats), dict(hit.uncaptured)
     torch._dynamo.reset()
     return row
 
@@ -119,8 +126,10 @@ def start_stack(state_dir: Path):
     from client.stack import Stack, StackConfig
 
     major, minor = torch.cuda.get_device_capability()
-    stack = Stack(StackConfig(port=0, state_dir=state_dir, targets=[f"cuda:sm_{major}{minor}"]))
+    stack = Stack(StackConfig(port=0, state_dir=state_dir, targets=[f"cuda:sm_{major}{minor}"],
+                              trust_file=state_dir / "trusted_keys"))
     stack.start()
+    os.environ["FUSEWIRE_TRUSTED_KEYS_FILE"] = str(stack.trusted_in)  # this run's dev key, not ~/.config's
     return stack
 
 
@@ -128,8 +137,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument("--modes", default="eager,inductor,fusewire",
-                        help="eager, inductor, fusewire (aot_autograd's default partition), "
-                             "fusewire-min_cut (the min-cut rematerialization partitioner)")
+                        help="eager, inductor, fusewire (aot_autograd's default partition); suffixes: "
+                             "-min_cut (fusewire with the min-cut rematerialization partitioner), -cudagraphs "
+                             "(fusewire's CUDA-graph mode; Inductor's mode='reduce-overhead'), e.g. fusewire-min_cut-cudagraphs")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--url", help="a running fusewire service (default: start one here)")
     parser.add_argument("--cprofile", action="store_true", help="add each mode's top host functions (cProfile)")
@@ -148,8 +158,10 @@ def main() -> None:
             for mode in modes:
                 torch.cuda.reset_peak_memory_stats()
                 try:
-                    base, _, partitioner = mode.partition("-")
-                    row = measure(name, base, args.steps, url, partitioner or "default", args.cprofile) | {"mode": mode}
+                    base, *suffixes = mode.split("-")
+                    partitioner = "min_cut" if "min_cut" in suffixes else "default"
+                    row = measure(name, base, args.steps, url, partitioner, args.cprofile,
+                                  cuda_graphs="cudagraphs" in suffixes) | {"mode": mode}
                 except Exception as exc:  # one model's failure is a result too; the rest still run
                     row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
                 rows.append(row)

@@ -72,11 +72,12 @@ class BackendSettings:
     cache_dir: Path = field(default_factory=default_cache_dir)
     options: dict | None = None  # compiler.CompileOptions fields; part of the key
     partitioner: str = "default"  # how aot_autograd splits forward from backward (PARTITIONERS)
+    cuda_graphs: bool = False  # replay each CUDA graph function's launches as a CUDA graph (client/cudagraphs.py)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "BackendSettings":
         """FUSEWIRE_URL, FUSEWIRE_TOKEN, FUSEWIRE_TIMEOUT_S, FUSEWIRE_ON_ERROR, FUSEWIRE_CACHE_DIR,
-        FUSEWIRE_PARTITIONER; None = default."""
+        FUSEWIRE_PARTITIONER, FUSEWIRE_CUDA_GRAPHS (1/true/yes); None = default."""
         from client.http import DEFAULT_URL
 
         env = os.environ
@@ -86,6 +87,7 @@ class BackendSettings:
             timeout_s=float(env.get("FUSEWIRE_TIMEOUT_S") or DEFAULT_TIMEOUT_S),
             on_error=env.get("FUSEWIRE_ON_ERROR") or "eager",
             partitioner=env.get("FUSEWIRE_PARTITIONER") or "default",
+            cuda_graphs=(env.get("FUSEWIRE_CUDA_GRAPHS") or "").strip().lower() in ("1", "true", "yes", "on"),
         )
         given = {k: v for k, v in overrides.items() if v is not None}
         if "cache_dir" in given:
@@ -102,21 +104,23 @@ class BackendSettings:
 
 def backend(url: str | None = None, token: str | None = None, timeout_s: float | None = None,
             on_error: str | None = None, cache_dir: str | Path | None = None,
-            options: dict | None = None, partitioner: str | None = None) -> "Backend":
+            options: dict | None = None, partitioner: str | None = None, cuda_graphs: bool | None = None) -> "Backend":
     """A configured backend for `torch.compile(model, backend=...)`; unset arguments come from the env."""
     return Backend(BackendSettings.from_env(url=url, token=token, timeout_s=timeout_s, on_error=on_error,
-                                            cache_dir=cache_dir, options=options, partitioner=partitioner))
+                                            cache_dir=cache_dir, options=options, partitioner=partitioner,
+                                            cuda_graphs=cuda_graphs))
 
 
 def fusewire_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
                      **_: Any) -> Callable:
     """The registered backend (`torch.compile(m, backend="fusewire", options={...})`).
 
-    `options` may hold backend()'s arguments (url, token, timeout_s, on_error, cache_dir) and
+    `options` may hold backend()'s arguments (url, token, timeout_s, on_error, cache_dir, partitioner,
+    cuda_graphs) and
     `compile_options` (the compiler's options); everything else comes from the environment."""
     options = dict(options or {})
     compile_options = options.pop("compile_options", None)
-    unknown = set(options) - {"url", "token", "timeout_s", "on_error", "cache_dir", "partitioner"}
+    unknown = set(options) - {"url", "token", "timeout_s", "on_error", "cache_dir", "partitioner", "cuda_graphs"}
     if unknown:
         raise ValueError(f"unknown fusewire backend options {sorted(unknown)}")
     settings = BackendSettings.from_env(options=compile_options, **options)
@@ -146,14 +150,20 @@ def _min_cut_partition(joint, joint_inputs, **kwargs: Any):
 
 class Backend:
     """Callable as a dynamo backend. `stats` counts what happened (graphs, local_hits, remote_hits,
-    compiles, recompiles, fallbacks); `seconds` sums the time spent per phase (convert: fx to wire
-    graph; artifact: local cache or service; load: runtime.load; first_run: first run of each variant)."""
+    compiles, recompiles, fallbacks; in CUDA-graph mode cuda_graphs_captured, cuda_graph_fallbacks and
+    cuda_graph_plain_runs); `seconds` sums the time spent per phase (convert: fx to wire graph; artifact:
+    local cache or service; load: runtime.load; first_run: first run of each variant). `uncaptured` maps
+    a graph that CUDA-graph mode runs plainly to the reason."""
 
     def __init__(self, settings: BackendSettings) -> None:
+        from compiler.signing import TrustedKeys
+
         self.settings = settings
-        self.cache = LocalCache(settings.cache_dir)
+        self.trusted = TrustedKeys.from_env()  # a bad key file is a configuration error: raised now
+        self.cache = LocalCache(settings.cache_dir, self.trusted)
         self.stats: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
+        self.uncaptured: dict[str, str] = {}
         self._http = None
         self._unreachable: tuple[float, str] | None = None  # (monotonic time, reason)
 
@@ -230,7 +240,7 @@ class Backend:
             # A plain-http URL needs no TLS context, whose certificate loading costs ~50 ms of the first
             # call; redirects are not followed, so verification can never be skipped for an https peer.
             verify = url.startswith("https://")
-            self._http = FusewireClient(url, self.settings.token or "",
+            self._http = FusewireClient(url, self.settings.token or "", trusted=self.trusted,
                                         http=httpx.Client(base_url=url, timeout=timeout, verify=verify))
         return self._http
 
@@ -326,9 +336,30 @@ class GraphFunction:
         with self._timed("artifact"):
             blob = self.backend.artifact_for(graph, _target(tensors))
         with self._timed("load"):
-            runner = load(Artifact.from_bytes(blob), self.backend.settings.cache_dir)
+            runner = load(Artifact.from_bytes(blob), self.backend.settings.cache_dir, self.backend.trusted)
+        if self.backend.settings.cuda_graphs:
+            runner = self._graphed(runner, inputs, tensors)
         tensor_positions = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
         return _Variant(runner, tensor_positions, spec, constants)
+
+    def _graphed(self, runner: Any, inputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> Any:
+        """CUDA-graph mode: the runner wrapped to capture and replay its launches (CUDA tensors only)."""
+        from client.cudagraphs import GraphedRunner, mutated_inputs
+
+        if not tensors or any(t.device.type != "cuda" for t in tensors):
+            self._uncaptured("its inputs are not all CUDA tensors")
+            return runner
+        positions = {i: n for n, i in enumerate(i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor))}
+        mutated = {positions[i] for i in mutated_inputs(self.gm) if i in positions}
+        return GraphedRunner(runner, mutated, self._uncaptured, self._count)
+
+    def _uncaptured(self, reason: str) -> None:
+        self.backend.uncaptured[self.name] = reason
+        self.backend.stats["cuda_graph_fallbacks"] += 1
+        log.info("fusewire: %s runs without CUDA graphs: %s", self.name, reason)
+
+    def _count(self, what: str) -> None:
+        self.backend.stats[what] += 1
 
     def _constants(self) -> dict[int, Any]:
         """Output leaves that are not tensors (None, numbers, static numbers an op returns such as
@@ -427,6 +458,7 @@ class _Variant:
 def _reason(exc: Exception) -> str:
     from client.http import ArtifactVerificationError, CompileFailed
     from compiler.fx_import import ConversionError
+    from compiler.signing import SignatureError
 
     if isinstance(exc, _Failure):
         return str(exc)
@@ -434,7 +466,7 @@ def _reason(exc: Exception) -> str:
         return f"it cannot be expressed in the wire format: {exc}"
     if isinstance(exc, CompileFailed):
         return f"the service's compile failed: {exc.job.get('error')}"
-    if isinstance(exc, ArtifactVerificationError):
+    if isinstance(exc, (ArtifactVerificationError, SignatureError)):
         return f"the artifact failed verification: {exc}"
     return f"{type(exc).__name__}: {exc}"
 
@@ -492,10 +524,15 @@ class LocalCache:
     """`<root>/artifacts/<key>.fwa` (the bundle, as served) and `<key>.fwa.sha256` (its digest).
 
     Written atomically (temp file + rename, digest first, bundle last); read back only when the
-    digest matches and the manifest names the key. A bad entry is removed and counts as a miss."""
+    digest matches, the manifest names the key and the signature checks against `trusted`. A bad
+    entry is removed and counts as a miss."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, trusted=None) -> None:
+        """`trusted`: compiler.signing.TrustedKeys; None = those of the environment."""
+        from compiler.signing import TrustedKeys
+
         self.dir = Path(root) / "artifacts"
+        self.trusted = trusted if trusted is not None else TrustedKeys.from_env()
 
     def path(self, key: str) -> Path:
         if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
@@ -504,6 +541,7 @@ class LocalCache:
 
     def get(self, key: str) -> bytes | None:
         from compiler.artifact import Artifact, ArtifactError, digest_of
+        from compiler.signing import SignatureError, verify_artifact
 
         path = self.path(key)
         try:
@@ -516,9 +554,12 @@ class LocalCache:
             problem = "its sha256 does not match"
         else:
             try:
-                if Artifact.from_bytes(blob).manifest.get("key") != key:
+                artifact = Artifact.from_bytes(blob)
+                if artifact.manifest.get("key") != key:
                     problem = "its manifest names another key"
-            except ArtifactError as exc:
+                else:
+                    verify_artifact(artifact, self.trusted)
+            except (ArtifactError, SignatureError) as exc:
                 problem = str(exc)
         if problem:
             log.warning("fusewire: removing bad local cache entry %s: %s", path, problem)

@@ -5,6 +5,7 @@
     fusewire compile graph.json -o a.fwa [--local]
     fusewire compile mymodel:step -o a.fwa       capture a Python function (see _capture)
     fusewire fetch KEY -o a.fwa
+    fusewire keygen -o signing.pem       a worker's artifact-signing key pair (docs/TRUST.md)
     fusewire status | explain graph.json
 
 Global: --url / --token (env FUSEWIRE_URL, FUSEWIRE_TOKEN); --json for machine output
@@ -29,7 +30,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from client.http import DEFAULT_URL, CompileFailed, FusewireClient, ServiceError
+from client.http import DEFAULT_URL, ArtifactVerificationError, CompileFailed, FusewireClient, ServiceError
 
 app = typer.Typer(name="fusewire", help="Shared compilation service for PyTorch training.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -193,13 +194,18 @@ def up(
     target: Annotated[list[str], typer.Option("--target", "-t", help="targets the worker compiles for")] = ["cpu"],
     concurrency: Annotated[int, typer.Option(help="compiles at once in the worker")] = 1,
     api_workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
+    signing_key: Annotated[Optional[Path], typer.Option(
+        help="the worker's signing key (default: STATE_DIR/keys/dev-signing.pem, made on first start)")] = None,
+    trust: Annotated[bool, typer.Option(help="add the signing key to this machine's trusted keys "
+                                             "(FUSEWIRE_TRUSTED_KEYS_FILE, default ~/.config/fusewire/trusted_keys)")] = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Start the whole local stack (redis-server, a Celery worker, the API); Ctrl-C stops it all."""
     from client.stack import Stack, StackConfig, StackError
 
     stack = Stack(StackConfig(host=host, port=port, redis_url=redis_url, redis_port=redis_port, state_dir=state_dir,
-                              targets=target, worker_concurrency=concurrency, api_workers=api_workers))
+                              targets=target, worker_concurrency=concurrency, api_workers=api_workers,
+                              signing_key=signing_key, trust_dev_key=trust))
 
     def on_term(signum, frame):
         raise KeyboardInterrupt
@@ -224,12 +230,16 @@ def up(
 def _announce(stack, as_json: bool) -> None:
     example = Path(stack.config.state_dir) / "example-graph.json"
     info = {"url": stack.url, "docs": stack.url + "/docs", "redis_url": stack.redis_url,
-            "worker": stack.worker_name, "logs": str(stack.logs), "example_graph": str(example)}
+            "worker": stack.worker_name, "logs": str(stack.logs), "example_graph": str(example),
+            "signing_key": str(stack.signing_key), "key_id": stack.key_id,
+            "trusted_in": str(stack.trusted_in) if stack.trusted_in else None}
     if as_json or state.json:
         print(json.dumps(info), flush=True)  # one line: scripts read it as soon as the stack is up
         return
     out.print(f"\n[bold green]fusewire is up[/]  {stack.url}   (API docs: {stack.url}/docs)", highlight=False)
-    out.print(f"  redis   {stack.redis_url}\n  worker  {stack.worker_name}\n  logs    {stack.logs}/\n", highlight=False)
+    out.print(f"  redis   {stack.redis_url}\n  worker  {stack.worker_name}\n  logs    {stack.logs}/", highlight=False)
+    trusted = f"trusted in {stack.trusted_in}" if stack.trusted_in else "NOT trusted by clients (--no-trust)"
+    out.print(f"  signs   with key {stack.key_id} ({stack.signing_key}), {trusted}\n", highlight=False)
     out.print("Try it (in another terminal):", highlight=False)
     out.print(f"  export FUSEWIRE_URL={stack.url}\n"
               f"  fusewire status\n"
@@ -274,13 +284,22 @@ def worker(
 ) -> None:
     """Run a compile worker (Celery) consuming the queues of its targets."""
     from compiler.graph import GraphValidationError, validate_target
+    from compiler.signing import KeyFileError, key_id, load_private_key
     from compiler.version import check_toolchain
+    from service.settings import get_settings
     from worker.config import queue_for
 
     try:
         check_toolchain()
     except RuntimeError as exc:
         raise _fail(str(exc)) from None
+    key_file = get_settings().signing_key_file
+    if key_file is None:
+        raise _fail("no signing key: set FUSEWIRE_SIGNING_KEY_FILE (make one with `fusewire keygen`; docs/TRUST.md)", 2)
+    try:
+        signer = key_id(load_private_key(key_file).public_key())
+    except KeyFileError as exc:
+        raise _fail(str(exc), 2) from None
     targets = [t for spec in target for t in (_auto_targets() if spec == "auto" else [spec])]
     for t in targets:
         try:
@@ -295,7 +314,7 @@ def worker(
             "-l", loglevel, "--without-gossip", "--without-mingle"]
     if name:
         argv += ["-n", name]
-    err.print(f"worker for {', '.join(targets)}", highlight=False)
+    err.print(f"worker for {', '.join(targets)}, signing with key {signer}", highlight=False)
     celery_app.worker_main(argv)
 
 
@@ -319,6 +338,8 @@ def compile_cmd(
     target: Target = "cpu",
     options: Options = None,
     local: Annotated[bool, typer.Option("--local", help="compile in this process, no service needed")] = False,
+    sign_key: Annotated[Optional[Path], typer.Option(
+        help="--local: sign the artifact with this key (clients load only signed artifacts)")] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the service's compile")] = 600.0,
     as_json: JsonFlag = False,
 ) -> None:
@@ -337,7 +358,7 @@ def compile_cmd(
         parsed = _read_graph(path) if local else None
         payload = None if local else _read_json(path)  # sent as it is: the service says what is wrong, and where
     if local:
-        blob, manifest = _compile_local(parsed, target, opts, quiet)
+        blob, manifest = _compile_local(parsed, target, opts, quiet, sign_key)
     else:
         blob, manifest = _compile_remote(payload, target, opts, timeout, quiet)
     output.write_bytes(blob)
@@ -348,8 +369,14 @@ def compile_cmd(
         out.print(_kernel_table(manifest))
 
 
-def _compile_local(graph, target: str, options: dict | None, quiet: bool) -> tuple[bytes, dict]:
+def _compile_local(graph, target: str, options: dict | None, quiet: bool, sign_key: Path | None) -> tuple[bytes, dict]:
     import compiler
+    from compiler.signing import KeyFileError, load_private_key, sign_artifact
+
+    try:
+        signer = load_private_key(sign_key) if sign_key else None
+    except KeyFileError as exc:
+        raise _fail(str(exc), 2) from None
 
     try:
         if quiet:
@@ -361,6 +388,10 @@ def _compile_local(graph, target: str, options: dict | None, quiet: bool) -> tup
                                             progress=lambda stage, f: bar.update(task, description=stage, completed=f))
     except Exception as exc:  # the compiler's own error, shown as such
         raise _fail(f"compile failed: {type(exc).__name__}: {exc}") from None
+    if signer is not None:
+        sign_artifact(artifact, signer)
+    elif not quiet:
+        err.print("note: the artifact is unsigned (--sign-key); clients refuse to load it", highlight=False)
     return artifact.to_bytes(), artifact.manifest
 
 
@@ -391,7 +422,7 @@ def _compile_remote(payload: Any, target: str, options: dict | None, timeout: fl
             raise _fail(f"{exc.detail}{where} [{exc.status} {exc.error}]") from None
         except CompileFailed as exc:
             raise _fail(f"compile failed: {exc.job.get('error')}") from None
-        except TimeoutError as exc:
+        except (TimeoutError, ArtifactVerificationError) as exc:
             raise _fail(str(exc)) from None
     return blob, Artifact.from_bytes(blob).manifest
 
@@ -402,16 +433,51 @@ def fetch(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file (default: KEY.fwa)")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Download an artifact by key (digest and key verified) to a file."""
+    """Download an artifact by key (digest, key and signature verified) to a file."""
     output = output or Path(f"{key}.fwa")
     with _client() as client:
         try:
             blob = client.fetch_bytes(key)
         except ServiceError as exc:
             raise _fail(f"{exc.detail} [{exc.status} {exc.error}]") from None
+        except ArtifactVerificationError as exc:
+            raise _fail(str(exc)) from None
     output.write_bytes(blob)
     if not _emit({"key": key, "output": str(output), "bytes": len(blob)}, as_json):
         out.print(f"wrote {output} ({len(blob)} bytes)", highlight=False)
+
+
+@app.command()
+def keygen(
+    output: Annotated[Path, typer.Option("--output", "-o", help="private key file (PEM); the public key goes "
+                                                                 "to OUTPUT.pub")] = Path("fusewire-signing.pem"),
+    trust: Annotated[bool, typer.Option(help="also add the public key to this machine's trusted keys")] = False,
+    force: Annotated[bool, typer.Option(help="overwrite an existing key file")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Make an Ed25519 key pair for a worker to sign artifacts with (docs/TRUST.md)."""
+    from compiler.signing import add_trusted_key, default_trusted_keys_file, generate_key, key_id, public_line, \
+        write_private_key
+
+    if output.exists() and not force:
+        raise _fail(f"{output} exists (--force overwrites it; clients that trust its key would refuse new artifacts)", 2)
+    private = generate_key()
+    public = private.public_key()
+    write_private_key(private, output)
+    line = public_line(public, f"fusewire worker key {output.name}")
+    output.with_suffix(output.suffix + ".pub").write_text(line + "\n")
+    trusted_in = None
+    if trust:
+        trusted_in = Path(os.environ.get("FUSEWIRE_TRUSTED_KEYS_FILE") or default_trusted_keys_file()).expanduser()
+        add_trusted_key(trusted_in, public, f"fusewire worker key {output.resolve()}")
+    result = {"key_id": key_id(public), "private": str(output), "public": line,
+              "trusted_in": str(trusted_in) if trusted_in else None}
+    if not _emit(result, as_json):
+        out.print(f"key id   {result['key_id']}\nprivate  {output} (workers: FUSEWIRE_SIGNING_KEY_FILE)\n"
+                  f"public   {line}\n         (clients: a line of FUSEWIRE_TRUSTED_KEYS_FILE, or FUSEWIRE_TRUSTED_KEYS)",
+                  highlight=False, soft_wrap=True)
+        if trusted_in:
+            out.print(f"trusted in {trusted_in}", highlight=False)
 
 
 @app.command()

@@ -25,7 +25,8 @@ import httpx
 DEFAULT_URL = "http://127.0.0.1:8000"
 RETRIES = 3
 # the service's error codes by status (docs/SERVICE.md), for answers without a body (HEAD)
-_ERROR_CODES = {401: "unauthenticated", 403: "forbidden", 404: "not_found", 413: "too_large", 429: "rate_limited"}
+_ERROR_CODES = {401: "unauthenticated", 403: "forbidden", 404: "not_found", 413: "too_large", 429: "rate_limited",
+                503: "unavailable"}
 
 
 class ServiceError(RuntimeError):
@@ -45,7 +46,8 @@ class CompileFailed(RuntimeError):
 
 
 class ArtifactVerificationError(RuntimeError):
-    """Downloaded bytes that do not match their digest or their key."""
+    """Downloaded bytes that do not match their digest or their key, or whose signature does not
+    check against the keys this client trusts."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,11 @@ def local_key(graph: Any, target: str = "cpu", options: dict | None = None) -> s
 
 class FusewireClient:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None, trusted=None) -> None:
+        """`trusted`: compiler.signing.TrustedKeys that fetched artifacts must be signed by (default:
+        FUSEWIRE_TRUSTED_KEYS / FUSEWIRE_TRUSTED_KEYS_FILE, read at the first fetch)."""
         self.url = (url or os.environ.get("FUSEWIRE_URL") or DEFAULT_URL).rstrip("/")
+        self.trusted = trusted
         token = token if token is not None else os.environ.get("FUSEWIRE_TOKEN")
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
@@ -149,8 +154,10 @@ class FusewireClient:
         return True
 
     def fetch_bytes(self, key: str) -> bytes:
-        """GET /artifacts/{key}, checked: sha256 matches the served digest, manifest key matches `key`."""
+        """GET /artifacts/{key}, checked: sha256 matches the served digest, manifest key matches `key`,
+        and the worker's signature checks against the keys this client trusts."""
         from compiler.artifact import Artifact, ArtifactError, digest_of
+        from compiler.signing import SignatureError, TrustedKeys, verify_artifact
 
         response = self._request("GET", f"/artifacts/{key}")
         self._raise_for(response)
@@ -159,11 +166,17 @@ class FusewireClient:
         if served and digest_of(blob) != served:
             raise ArtifactVerificationError(f"artifact {key[:12]}: sha256 {digest_of(blob)} != served digest {served}")
         try:
-            manifest = Artifact.from_bytes(blob).manifest
+            artifact = Artifact.from_bytes(blob)
         except ArtifactError as exc:
             raise ArtifactVerificationError(f"artifact {key[:12]}: {exc}") from None
-        if manifest.get("key") != key:
-            raise ArtifactVerificationError(f"artifact {key[:12]}: its manifest names key {manifest.get('key')}")
+        if artifact.manifest.get("key") != key:
+            raise ArtifactVerificationError(f"artifact {key[:12]}: its manifest names key {artifact.manifest.get('key')}")
+        if self.trusted is None:
+            self.trusted = TrustedKeys.from_env()
+        try:
+            verify_artifact(artifact, self.trusted)
+        except SignatureError as exc:
+            raise ArtifactVerificationError(str(exc)) from None
         return blob
 
     def fetch(self, key: str):

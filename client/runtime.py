@@ -6,7 +6,9 @@
 On CPU tensors the kernels run under Triton's interpreter (TRITON_INTERPRET=1 is set
 for the kernels this module loads). On a GPU, kernels run from the artifact's cubins
 when it carries them for this device, else from source through Triton's JIT.
-Extern calls are limited to ATen/prims ops (`ALLOWED_NAMESPACES`).
+Extern calls are limited to ATen/prims ops (`ALLOWED_NAMESPACES`). Kernel code (cubins, and the
+sources the interpreter imports) is loaded only from artifacts whose signature checks
+(compiler/signing.py, docs/TRUST.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from client import default_cache_dir
 from compiler.artifact import Artifact, constant_file
+from compiler.signing import TrustedKeys, verify_artifact
 
 ALLOWED_NAMESPACES = ("aten", "prims")
 ALIGNMENT = 16  # bytes: kernels were built assuming pointers aligned so (Triton's divisibility hint)
@@ -33,10 +36,16 @@ class RuntimeError_(RuntimeError):
     """The artifact cannot run with these inputs (or at all); the message says why."""
 
 
-def load(artifact: Artifact | bytes, cache_dir: Path | None = None) -> "CompiledGraph":
-    """`cache_dir` (default: default_cache_dir()) holds the kernel sources that CPU runs import."""
+def load(artifact: Artifact | bytes, cache_dir: Path | None = None, trusted: TrustedKeys | None = None) -> "CompiledGraph":
+    """`cache_dir` (default: default_cache_dir()) holds the kernel sources that CPU runs import.
+
+    Nothing of an artifact is loaded before its signature checks against `trusted` (default: the
+    keys of FUSEWIRE_TRUSTED_KEYS / FUSEWIRE_TRUSTED_KEYS_FILE); only an artifact this process
+    compiled itself skips the check. Raises SignatureError (a ValueError) when it fails."""
     if isinstance(artifact, (bytes, bytearray)):
         artifact = Artifact.from_bytes(bytes(artifact))
+    if not artifact.built_here:
+        verify_artifact(artifact, trusted if trusted is not None else TrustedKeys.from_env())
     return CompiledGraph(artifact, cache_dir or default_cache_dir())
 
 
@@ -64,6 +73,11 @@ class CompiledGraph:
         if program is None:
             program = self._programs[device] = _Program(self, device)
         return program.run(inputs)
+
+    def constant_pointers(self, device: torch.device) -> set[int]:
+        """Addresses of the storages of the artifact's constants on `device` (prepared by a run there)."""
+        program = self._programs.get(device)
+        return {t.untyped_storage().data_ptr() for t in program.template if t is not None} if program else set()
 
     def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
         if len(inputs) != len(self._input_specs):

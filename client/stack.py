@@ -61,6 +61,9 @@ class StackConfig:
     worker_concurrency: int = 1
     api_workers: int = 1
     ready_timeout_s: float = 180.0  # the worker's first start imports torch
+    signing_key: Path | None = None  # None: <state_dir>/keys/dev-signing.pem, made on first start
+    trust_file: Path | None = None  # where the key's public half is trusted; None: the client's default file
+    trust_dev_key: bool = True
 
 
 @dataclass
@@ -78,12 +81,16 @@ class Stack:
         self.url = ""
         self.worker_name = f"fusewire-up-{os.getpid()}@{socket.gethostname()}"
         self.logs = Path(config.state_dir) / "logs"
+        self.signing_key = Path(config.signing_key or Path(config.state_dir) / "keys" / "dev-signing.pem").resolve()
+        self.key_id = ""
+        self.trusted_in: Path | None = None
 
     # -- start -------------------------------------------------------------------
 
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         try:
+            self._prepare_signing_key()
             if self.redis_url is None:
                 self._start_redis()
             env = self._env()
@@ -94,6 +101,28 @@ class Stack:
         except BaseException:
             self.stop()
             raise
+
+    def _prepare_signing_key(self) -> None:
+        """The worker's signing key (a dev key is made on first start) and, unless told otherwise, its
+        public half added to the trusted-keys file that clients on this machine read (docs/TRUST.md)."""
+        from compiler.signing import (KeyFileError, add_trusted_key, default_trusted_keys_file, generate_key,
+                                      key_id, load_private_key, public_line, write_private_key)
+
+        if not self.signing_key.exists():
+            if self.config.signing_key is not None:
+                raise StackError(f"signing key {self.signing_key} does not exist (make one: fusewire keygen)")
+            private = generate_key()
+            write_private_key(private, self.signing_key)
+            self.signing_key.with_suffix(".pub").write_text(public_line(private.public_key(), "fusewire up dev key") + "\n")
+        try:
+            public = load_private_key(self.signing_key).public_key()
+        except KeyFileError as exc:
+            raise StackError(str(exc)) from None
+        self.key_id = key_id(public)
+        if self.config.trust_dev_key:
+            env_file = os.environ.get("FUSEWIRE_TRUSTED_KEYS_FILE")
+            self.trusted_in = Path(self.config.trust_file or env_file or default_trusted_keys_file()).expanduser()
+            add_trusted_key(self.trusted_in, public, f"fusewire up signing key {self.signing_key}")
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
         log = self.logs / f"{name}.log"
@@ -125,6 +154,7 @@ class Stack:
         env = dict(os.environ)
         env.pop("REDIS_URL", None)
         env["FUSEWIRE_REDIS_URL"] = self.redis_url
+        env["FUSEWIRE_SIGNING_KEY_FILE"] = str(self.signing_key)
         return env
 
     def _start_worker(self, env: dict[str, str]) -> None:

@@ -9,24 +9,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from compiler.gc_pause import paused_gc
 from compiler.options import CompileOptions
 
 if TYPE_CHECKING:
     from compiler.artifact import Artifact
+    from compiler.bounds import WorkLimits
     from compiler.graph import Graph
 
 __all__ = ["compile", "CompileOptions"]
 
 
+@paused_gc
 def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict | None = None, progress=None,
-            tuning_cache=None) -> "Artifact":
+            tuning_cache=None, limits: "WorkLimits | None" = None) -> "Artifact":
     """Compiles a validated wire graph for `target` ("cpu" or "cuda:sm_90") into an Artifact.
 
     `progress(stage, fraction)` is called as stages finish, for job reporting; `tuning_cache`
     (get/put of autotuning results, see compiler/autotune.py) is shared across compiles.
+    `limits` bound every tensor and the plan's peak (compiler/bounds.py; LimitExceeded past them).
     """
     from compiler import graph as wire
     from compiler.artifact import build_artifact
+    from compiler.bounds import WorkLimits, check_plan
     from compiler.autotune import tune_and_build
     from compiler.benchmark_fusion import FusionBenchmarker
     from compiler.codegen import generate
@@ -37,12 +42,14 @@ def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict 
     options = options if isinstance(options, CompileOptions) else CompileOptions.model_validate(options or {})
     wire.validate_target(target)
     report("lowering", 0.0)
-    program = lower(graph)
+    limits = limits or WorkLimits()
+    program = lower(graph, limits)
     report("scheduling", 0.25)
     judge = FusionBenchmarker.for_target(target, options)
     scheduled = schedule(program, options, judge)
     report("codegen", 0.5)
     generated = generate(scheduled, target)
+    check_plan(generated.plan, limits)  # before autotuning allocates anything on a GPU
     report("autotuning", 0.6)
     tuned = tune_and_build(generated, scheduled, target, options, tuning_cache, judge.spent_s if judge else 0.0)
     report("packaging", 0.9)

@@ -17,11 +17,12 @@ import hashlib
 import json
 import math
 import re
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from typing_extensions import TypeAliasType
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_serializer
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationError, field_validator,
+                      model_serializer)
 
 from compiler.aten_schemas import OpSchema, lookup_schema
 from compiler.options import CompileOptions, Limits
@@ -61,6 +62,15 @@ class GraphValidationError(ValueError):
         super().__init__(f"{where}: {problem}" if where else problem)
 
 
+def _json_integer(value: Any) -> Any:
+    """A JSON number without a fraction is an integer, as JSON Schema's `integer` says: 3.0 -> 3.
+    Booleans, strings and 3.5 stay invalid (StrictInt)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+JsonInt = Annotated[StrictInt, BeforeValidator(_json_integer)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -69,7 +79,7 @@ class Ref(_Strict):
     """A tensor: a graph input or node output; `index` picks one output of a multi-output node."""
 
     ref: str
-    index: StrictInt | None = None
+    index: JsonInt | None = None
 
     @model_serializer
     def _omit_missing_index(self) -> dict:
@@ -107,8 +117,8 @@ class TensorSpec(_Strict):
 
     name: str
     dtype: str
-    shape: list[StrictInt]
-    stride: list[StrictInt] | None = None
+    shape: list[JsonInt]
+    stride: list[JsonInt] | None = None
 
     def strides(self) -> list[int]:
         return self.stride if self.stride is not None else contiguous_strides(self.shape)
@@ -156,6 +166,13 @@ class Graph(_Strict):
     nodes: list[Node]
     outputs: list[Ref]
     constants: list[ConstantSpec] = Field(default_factory=list)  # v1.1; omitted when empty
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # Literal[1] alone takes true (== 1); JSON's true is no version
+            raise ValueError("expected the number 1")
+        return value
 
     @model_serializer(mode="wrap")
     def _omit_no_constants(self, handler: Any) -> dict:
@@ -336,7 +353,7 @@ class _Scope:
 def _check_name(name: str, where: str, seen: dict[str, int], limits: Limits) -> None:
     if len(name) > limits.max_name_length:
         raise GraphValidationError(f"{where}.name", f"name is {len(name)} characters, over the limit of {limits.max_name_length}")
-    if not _NAME_PATTERN.match(name):
+    if not _NAME_PATTERN.fullmatch(name):
         raise GraphValidationError(f"{where}.name", f"{name!r} is not a valid name: a name must start with a letter or '_' and hold only letters, digits, '_' and '.'")
     if name in seen:
         raise GraphValidationError(f"{where}.name", f"duplicate name '{name}' (input and node names share one namespace)")
@@ -381,6 +398,8 @@ def _check_constants(constants: list[ConstantSpec], scope: "_Scope", limits: Lim
             raw = spec.raw_bytes()
         except (binascii.Error, ValueError):
             raise GraphValidationError(f"{where}.data", "not valid base64") from None
+        if base64.b64encode(raw) != spec.data.encode():  # excess padding, stray low bits: one spelling per bytes
+            raise GraphValidationError(f"{where}.data", "not canonical base64 (as base64.b64encode writes it)")
         if len(raw) != expected:
             raise GraphValidationError(f"{where}.data", f"holds {len(raw)} bytes; shape {spec.shape}, strides "
                                        f"{spec.strides()} and dtype {spec.dtype} need {expected}")
@@ -392,7 +411,7 @@ def _check_constants(constants: list[ConstantSpec], scope: "_Scope", limits: Lim
 
 
 def _check_target(node: Node, where: str) -> OpSchema:
-    if not _TARGET_OP_PATTERN.match(node.target):
+    if not _TARGET_OP_PATTERN.fullmatch(node.target):
         raise GraphValidationError(f"{where}.target", f"'{node.target}' is not an op name like 'aten.add.Tensor' (namespace aten or prims, op, overload)")
     schema = lookup_schema(node.target)
     if schema is None:
@@ -434,7 +453,7 @@ def _check_arg(arg: Arg, where: str, scope: _Scope, limits: Limits, depth: int =
 def _check_enum_arg(arg: Arg, where: str) -> None:
     if isinstance(arg, DtypeArg) and arg.dtype not in DTYPES:
         raise GraphValidationError(f"{where}.dtype", f"unknown dtype '{arg.dtype}'; known: {', '.join(DTYPES)}")
-    if isinstance(arg, DeviceArg) and not _DEVICE_PATTERN.match(arg.device):
+    if isinstance(arg, DeviceArg) and not _DEVICE_PATTERN.fullmatch(arg.device):
         raise GraphValidationError(f"{where}.device", f"unknown device '{arg.device}'; expected 'cpu', 'cuda' or 'cuda:N'")
     if isinstance(arg, LayoutArg) and arg.layout not in LAYOUTS:
         raise GraphValidationError(f"{where}.layout", f"unknown layout '{arg.layout}'; known: {', '.join(LAYOUTS)}")
@@ -464,7 +483,7 @@ def _check_ref(ref: Ref, where: str, scope: _Scope) -> None:
 
 
 def validate_target(target: str) -> str:
-    if not isinstance(target, str) or not TARGET_PATTERN.match(target):
+    if not isinstance(target, str) or not TARGET_PATTERN.fullmatch(target):
         raise GraphValidationError("target", f"unknown target {target!r}; expected 'cpu' or 'cuda:sm_XY' (e.g. cuda:sm_90)")
     return target
 

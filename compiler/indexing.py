@@ -7,6 +7,7 @@ All index variables are non-negative integers. `FloorDiv(a, b)` is a // b and
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -19,6 +20,7 @@ XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)  # a kernel's fl
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)  # a kernel's flat reduction index
 
 
+@functools.lru_cache(maxsize=None)  # few distinct ones; sympy.Symbol() re-checks its assumptions on every call
 def index_symbol(prefix: str, i: int) -> sympy.Symbol:
     return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
 
@@ -148,32 +150,51 @@ def upper_bound(expr: Expr, bounds: dict[sympy.Symbol, int]) -> int | None:
 
 def simplify_index(expr: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
     """Drops divisions and modulos that the symbols' ranges make trivial."""
-    def rewrite(e: Expr) -> Expr:
-        if not e.args or e.is_Integer or isinstance(e, sympy.Symbol):
-            return e
-        e = e.func(*[rewrite(a) for a in e.args])
-        if isinstance(e, FloorDiv):
-            steps = _whole_steps(e.args[0], int(e.args[1]), bounds)
-            if steps is not None:  # (r + c*q) // d with 0 <= r < c and c | d is q // (d/c)
-                return rewrite(FloorDiv(steps[1], int(e.args[1]) // steps[0]))
-            bound = upper_bound(e.args[0], bounds)
-            if bound is not None and bound < int(e.args[1]) and _non_negative(e.args[0]):
-                return sympy.Integer(0)
-        if isinstance(e, ModularIndexing):
-            base, divisor, modulus = e.args
-            steps = _whole_steps(base, int(divisor), bounds)
-            if steps is not None:  # ((r + c*q) // d) % m with 0 <= r < c and c | d is (q // (d/c)) % m
-                return rewrite(ModularIndexing(steps[1], int(divisor) // steps[0], modulus))
-            bound = upper_bound(base, bounds)
-            if bound is not None and _non_negative(base) and bound // int(divisor) < int(modulus):
-                simpler = FloorDiv(base, divisor)
-                return rewrite(simpler) if simpler != e else simpler  # its evaluation may expose more
-        if isinstance(e, sympy.Add):
-            joined = _recombine(e)
-            return rewrite(joined) if joined != e else e  # a joined division may now be trivial
-        return e
+    return _simplify_cached(expr, bounds_key(bounds))
 
-    return rewrite(sympy.expand(expr))
+
+def bounds_key(bounds: dict[sympy.Symbol, int]) -> tuple[tuple[sympy.Symbol, int], ...]:
+    """`bounds` as a hashable key, the same whatever the dict's order."""
+    return tuple(sorted(bounds.items(), key=lambda item: item[0].name))
+
+
+# Large graphs repeat the same shapes, so the same expressions come back again and again (and
+# the scheduler re-maps a whole group for each fusion it tries): simplify each one once.
+@functools.lru_cache(maxsize=1 << 16)
+def _simplify_cached(expr: Expr, bounds: tuple[tuple[sympy.Symbol, int], ...]) -> Expr:
+    return _simplify(expr, dict(bounds))
+
+
+def _simplify(expr: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
+    return _rewrite(sympy.expand(expr), bounds)
+
+
+def _rewrite(e: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
+    # a module-level function, not a closure calling itself: such a closure is a reference cycle
+    # that only the garbage collector frees, and this runs hundreds of thousands of times
+    if not e.args or e.is_Integer or isinstance(e, sympy.Symbol):
+        return e
+    e = e.func(*[_rewrite(a, bounds) for a in e.args])
+    if isinstance(e, FloorDiv):
+        steps = _whole_steps(e.args[0], int(e.args[1]), bounds)
+        if steps is not None:  # (r + c*q) // d with 0 <= r < c and c | d is q // (d/c)
+            return _rewrite(FloorDiv(steps[1], int(e.args[1]) // steps[0]), bounds)
+        bound = upper_bound(e.args[0], bounds)
+        if bound is not None and bound < int(e.args[1]) and _non_negative(e.args[0]):
+            return sympy.Integer(0)
+    if isinstance(e, ModularIndexing):
+        base, divisor, modulus = e.args
+        steps = _whole_steps(base, int(divisor), bounds)
+        if steps is not None:  # ((r + c*q) // d) % m with 0 <= r < c and c | d is (q // (d/c)) % m
+            return _rewrite(ModularIndexing(steps[1], int(divisor) // steps[0], modulus), bounds)
+        bound = upper_bound(base, bounds)
+        if bound is not None and _non_negative(base) and bound // int(divisor) < int(modulus):
+            simpler = FloorDiv(base, divisor)
+            return _rewrite(simpler, bounds) if simpler != e else simpler  # its evaluation may expose more
+    if isinstance(e, sympy.Add):
+        joined = _recombine(e)
+        return _rewrite(joined, bounds) if joined != e else e  # a joined division may now be trivial
+    return e
 
 
 def _whole_steps(base: Expr, divisor: int, bounds: dict[sympy.Symbol, int]) -> tuple[int, Expr] | None:

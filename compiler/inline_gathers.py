@@ -21,54 +21,70 @@ MAX_INLINE_PASSES = 4
 def gathered_producers(program: Program, read_writes: dict[str, ReadWrites] | None = None) -> list[ComputeNode]:
     """The nodes inlining would recompute at their gathered elements (one pass's worth)."""
     read_writes = read_writes or {n.name: extract_read_writes(n) for n in program.nodes}
-    return [n for n in program.nodes if _inlinable(n, program, read_writes)]
+    uses = _BufferUses(program, read_writes)
+    return [n for n in program.nodes if _inlinable(n, read_writes, uses)]
 
 
-def inline_gathered_producers(program: Program) -> None:
-    """Rewrites readers' bodies in place and drops the producers from the program."""
+def inline_gathered_producers(program: Program) -> dict[str, ReadWrites] | None:
+    """Rewrites readers' bodies in place and drops the producers from the program. Returns the
+    dependencies of every node of the program as it leaves it, when it found them (the scheduler
+    needs them next), else None."""
     for _ in range(MAX_INLINE_PASSES):
         read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
         candidates = gathered_producers(program, read_writes)
         if not candidates:
-            return
+            return read_writes
+        uses = _BufferUses(program, read_writes)
         for producer in candidates:
             store = producer.stores[0]
-            for reader in _readers(program, store.buffer.name, read_writes):
+            for reader in uses.readers.get(store.buffer.name, []):
                 reader.body = _with_inlined(reader.body, store.buffer.name, store.layout, producer)
         # gone at once, not left to dead-node elimination: their own inputs may be inlinable next pass
         inlined = {id(n) for n in candidates}
         program.nodes[:] = [n for n in program.nodes if id(n) not in inlined]
 
 
-def _inlinable(node: Any, program: Program, read_writes: dict[str, ReadWrites]) -> bool:
+class _BufferUses:
+    """Who reads and who writes each buffer, in program order, gathered in one walk (asking per
+    node walked the whole program each time: quadratic)."""
+
+    def __init__(self, program: Program, read_writes: dict[str, ReadWrites]) -> None:
+        self.readers: dict[str, list] = {}
+        self.writers: dict[str, list] = {}
+        self.position = {id(n): i for i, n in enumerate(program.nodes)}
+        self.outputs = {o.buffer.name for o in program.outputs}
+        for node in program.nodes:
+            for buffer in read_writes[node.name].read_buffers():
+                self.readers.setdefault(buffer, []).append(node)
+            for buffer in read_writes[node.name].write_buffers():
+                self.writers.setdefault(buffer, []).append(node)
+
+
+def _inlinable(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
     if not isinstance(node, ComputeNode) or node.is_reduction or len(node.stores) != 1:
         return False
     store = node.stores[0]
     name = store.buffer.name
     if store.buffer.kind != "computed" or store.layout.size != store.buffer.layout.size or \
-            name in {o.buffer.name for o in program.outputs} or not store.layout.is_dense():
+            name in uses.outputs or not store.layout.is_dense():
         return False
-    readers = _readers(program, name, read_writes)
+    readers = uses.readers.get(name, [])
     if not readers or any(not isinstance(r, ComputeNode) for r in readers):
         return False
     reads_by_readers = [d for r in readers for d in read_writes[r.name].reads if d.buffer == name]
     if not all(isinstance(d, StarDep) for d in reads_by_readers):
         return False  # some reader reads it in order: fusion serves that better than recompute
-    writers = [n for n in program.nodes if n is not node and name in read_writes[n.name].write_buffers()]
-    return not writers and _inputs_unchanged(node, readers, program, read_writes)
+    writers = [n for n in uses.writers.get(name, []) if n is not node]
+    return not writers and _inputs_unchanged(node, readers, read_writes, uses)
 
 
-def _readers(program: Program, buffer: str, read_writes: dict[str, ReadWrites]) -> list:
-    return [n for n in program.nodes if buffer in read_writes[n.name].read_buffers()]
-
-
-def _inputs_unchanged(producer: ComputeNode, readers: list, program: Program,
-                      read_writes: dict[str, ReadWrites]) -> bool:
+def _inputs_unchanged(producer: ComputeNode, readers: list, read_writes: dict[str, ReadWrites],
+                      uses: _BufferUses) -> bool:
     """Nothing the producer reads is written between it and its last reader."""
-    start = program.nodes.index(producer)
-    end = max(program.nodes.index(r) for r in readers)
-    inputs = read_writes[producer.name].read_buffers()
-    return not any(inputs & read_writes[n.name].write_buffers() for n in program.nodes[start + 1:end])
+    start = uses.position[id(producer)]
+    end = max(uses.position[id(r)] for r in readers)
+    return not any(start < uses.position[id(w)] < end
+                   for buffer in read_writes[producer.name].read_buffers() for w in uses.writers.get(buffer, []))
 
 
 def _with_inlined(body: Callable, buffer: str, layout: Layout, producer: ComputeNode) -> Callable:

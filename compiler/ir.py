@@ -140,17 +140,17 @@ class ExternNode:
 
     def tensor_args(self) -> list[TensorArg]:
         found: list[TensorArg] = []
-
-        def walk(value: Any) -> None:
-            if isinstance(value, TensorArg):
-                found.append(value)
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    walk(item)
-
-        walk(self.args)
-        walk(list(self.kwargs.values()))
+        _collect_tensor_args(self.args, found)
+        _collect_tensor_args(list(self.kwargs.values()), found)
         return found
+
+
+def _collect_tensor_args(value: Any, found: list[TensorArg]) -> None:
+    if isinstance(value, TensorArg):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect_tensor_args(item, found)
 
 
 Node = ComputeNode | ExternNode

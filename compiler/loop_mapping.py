@@ -15,19 +15,23 @@ reordering"). A group whose accesses disagree is refused with the reason.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import sympy
 
 from compiler.dependencies import MemoryDep, ReadWrites
 from compiler.indexing import (
-    RINDEX, XINDEX, Expr, ModularIndexing, affine_coefficients, index_symbol, simplify_index, unflatten,
+    RINDEX, XINDEX, Expr, ModularIndexing, affine_coefficients, bounds_key, index_symbol, simplify_index, unflatten,
 )
+from compiler.index_points import evaluate
 from compiler.ir import ComputeNode
 
 _EXHAUSTIVE_POINTS = 4096
+_APPLIED_KEPT = 4096
 _SAMPLED_POINTS = 512
 
 
@@ -36,9 +40,15 @@ class NodeMapping:
     """A node's loop variables (x_i, r_j symbols) as expressions of xindex/rindex."""
 
     substitutions: dict[sympy.Symbol, Expr]
+    _applied: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # (expr, bounds) -> result
 
     def apply(self, expr: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
-        return simplify_index(expr.xreplace(self.substitutions), bounds)
+        key = (expr, bounds_key(bounds))
+        if key not in self._applied:
+            if len(self._applied) >= _APPLIED_KEPT:  # mappings are shared (_invert_cached): keep this bounded
+                self._applied.clear()
+            self._applied[key] = simplify_index(expr.xreplace(self.substitutions), bounds)
+        return self._applied[key]
 
 
 @dataclass
@@ -155,7 +165,14 @@ def _accesses(rw: ReadWrites) -> list[tuple[str, Expr, str]]:
 
 def _invert(node: ComputeNode, access: Expr, kernel_index: Expr, bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
     """Solves access(u) == kernel_index for the node's variables u, if access is a dense bijection."""
-    space = _space(node)
+    return _invert_cached(tuple(_space(node)), access, kernel_index, bounds_key(bounds))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _invert_cached(space: tuple[tuple[sympy.Symbol, int], ...], access: Expr, kernel_index: Expr,
+                   bounds_items: tuple[tuple[sympy.Symbol, int], ...]) -> NodeMapping | None:
+    """_invert for a node whose iteration space is `space` (all it depends on of the node)."""
+    bounds = dict(bounds_items)
     symbols = [s for s, _ in space]
     affine = affine_coefficients(access, symbols)
     if affine is None:
@@ -213,6 +230,12 @@ def same_index(a: Expr, b: Expr, bounds: dict[sympy.Symbol, int]) -> bool:
     Symbolic equality first; otherwise evaluated at every point for small kernels, or at
     the corners of each range plus random points for large ones.
     """
+    return _same_index_cached(a, b, bounds_key(bounds))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _same_index_cached(a: Expr, b: Expr, bounds_items: tuple[tuple[sympy.Symbol, int], ...]) -> bool:
+    bounds = dict(bounds_items)
     if sympy.expand(a - b) == 0:
         return True
     symbols = sorted(a.free_symbols | b.free_symbols, key=str)
@@ -222,13 +245,27 @@ def same_index(a: Expr, b: Expr, bounds: dict[sympy.Symbol, int]) -> bool:
     for s in symbols:
         total *= bounds[s]
     if total <= _EXHAUSTIVE_POINTS:
-        points = itertools.product(*[range(bounds[s]) for s in symbols])
+        points = list(itertools.product(*[range(bounds[s]) for s in symbols]))
     else:
         rng = random.Random(0)
         corners = itertools.product(*[(0, 1, bounds[s] - 1) for s in symbols])
-        points = itertools.chain(corners, ([rng.randrange(bounds[s]) for s in symbols] for _ in range(_SAMPLED_POINTS)))
+        points = list(itertools.chain(corners, ([rng.randrange(bounds[s]) for s in symbols] for _ in range(_SAMPLED_POINTS))))
+    agree = _agree_at_points(a, b, symbols, points, bounds)
+    if agree is not None:
+        return agree
     for point in points:
         values = dict(zip(symbols, map(sympy.Integer, point)))
         if a.xreplace(values) != b.xreplace(values):
             return False
     return True
+
+
+def _agree_at_points(a: Expr, b: Expr, symbols: list[sympy.Symbol], points: list, bounds: dict[sympy.Symbol, int]) -> bool | None:
+    """same_index's point comparison, all points at once (compiler.index_points); None when
+    an expression cannot be evaluated that way."""
+    coordinates = np.array(points, dtype=np.int64).reshape(len(points), len(symbols))
+    columns = {s: coordinates[:, i] for i, s in enumerate(symbols)}
+    left, right = evaluate(a, columns, bounds), evaluate(b, columns, bounds)
+    if left is None or right is None:
+        return None
+    return bool(np.array_equal(left, right))

@@ -22,7 +22,7 @@ class Limits(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     max_json_bytes: int = 16 * 1024 * 1024
-    max_nodes: int = 20_000
+    max_nodes: int = 100_000  # whole-model graphs (a 32-layer LLaMA forward and backward) have 15-30k nodes
     max_rank: int = 8
     max_numel: int = 2**36
     max_name_length: int = 200

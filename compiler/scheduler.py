@@ -7,18 +7,30 @@ dropped. Fusion then runs in rounds: candidate pairs are nodes that share a buff
 (vertical: one writes what the other reads; horizontal: both read it); `can_fuse`
 refuses extern nodes, groups past the size limit, fusions that would create a cycle
 and groups whose loops cannot share one kernel (`loop_mapping`); the legal pairs are
-taken best first by `score_fusion` (bytes saved, then proximity). Every refusal is
+taken best first by `FusionState.score` (bytes saved, then proximity). Every refusal is
 recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`.
+
+Whole-model graphs have tens of thousands of nodes, so nothing here walks the whole graph
+per pair or per fusion: the dependencies between steps live in a `StepGraph` whose ranks
+stay topological as steps merge (a cycle check looks only between the two steps), the
+pairs of a round are numpy arrays (`fusion_candidates`), and the pairs of a buffer's users
+with a third user between them are never listed: they would close a cycle, so they were
+refused anyway (the manifest's `refused` list leaves them out).
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
+from compiler.fusion_candidates import Candidates
+from compiler.fusion_graph import StepGraph
+from compiler.gc_pause import paused_gc
 from compiler.graph import ITEMSIZES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
@@ -28,6 +40,9 @@ from compiler.split_reductions import split_reductions
 from compiler.tiling import choose_tiling
 
 MAX_FUSION_ROUNDS = 10
+# Below this many pairs among one buffer's users (or twice the steps between the first and the
+# last user), listing them all costs less than finding the ones a third user lies between.
+PAIRS_WITHOUT_PRUNING = 64
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,7 @@ class Schedule:
     fusion_log: dict
 
 
+@paused_gc
 def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Schedule:
     """`judge(first, second, fused, read_writes, program)`, when given (a GPU worker's
     compiler.benchmark_fusion.FusionBenchmarker), may overrule a legal fusion: it returns None
@@ -108,15 +124,16 @@ def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Sc
     producers = [n.name for n in gathered_producers(program)] if judge is not None else []
     if producers:  # recompute or store: schedule both ways, time both
         stored = copy.deepcopy(program)
-        inline_gathered_producers(program)
-        recomputed = _fuse_and_order(program, options, judge)
+        recomputed = _fuse_and_order(program, options, judge, inline_gathered_producers(program))
         return judge.pick_schedule(recomputed, _fuse_and_order(stored, options, judge), producers)
-    inline_gathered_producers(program)
-    return _fuse_and_order(program, options, judge)
+    return _fuse_and_order(program, options, judge, inline_gathered_producers(program))
 
 
-def _fuse_and_order(program: Program, options: CompileOptions, judge: Any) -> Schedule:
-    read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
+def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
+                    read_writes: dict[str, ReadWrites] | None = None) -> Schedule:
+    """`read_writes`: every node's dependencies, when already extracted for the program as it is."""
+    if read_writes is None:
+        read_writes = {node.name: extract_read_writes(node) for node in program.nodes}
     live = eliminate_dead_nodes(program, read_writes)
     read_writes = {node.name: read_writes[node.name] for node in live}  # dead nodes read nothing any more
     predecessors = node_dependencies(live, read_writes)
@@ -210,21 +227,28 @@ def node_dependencies(nodes: list[Node], read_writes: dict[str, ReadWrites]) -> 
 
 
 def topological_order(steps: list[Step], predecessors: dict[str, set[str]]) -> list[Step]:
-    """Steps ordered so every dependency runs first; ties keep program order."""
-    step_of = {name: step for step in steps for name in step.node_names}
-    remaining = sorted(steps, key=lambda s: s.order)
-    done: set[int] = set()
+    """Steps ordered so every dependency runs first; ties keep program order (of all the steps
+    whose dependencies have run, the one with the earliest first node runs next)."""
+    step_of = {name: i for i, step in enumerate(steps) for name in step.node_names}
+    waiting = [0] * len(steps)
+    successors: list[set[int]] = [set() for _ in steps]
+    for i, step in enumerate(steps):
+        needs = {step_of[p] for n in step.node_names for p in predecessors[n]} - {i}
+        waiting[i] = len(needs)
+        for before in needs:
+            successors[before].add(i)
+    ready = [(step.order, i) for i, step in enumerate(steps) if not waiting[i]]
+    heapq.heapify(ready)
     ordered: list[Step] = []
-    while remaining:
-        for step in remaining:
-            needs = {id(step_of[p]) for n in step.node_names for p in predecessors[n]} - {id(step)}
-            if needs <= done:
-                ordered.append(step)
-                done.add(id(step))
-                remaining.remove(step)
-                break
-        else:
-            raise AssertionError("fusion produced a cycle")  # can_fuse prevents this
+    while ready:
+        _, i = heapq.heappop(ready)
+        ordered.append(steps[i])
+        for after in successors[i]:
+            waiting[after] -= 1
+            if not waiting[after]:
+                heapq.heappush(ready, (steps[after].order, after))
+    if len(ordered) != len(steps):
+        raise AssertionError("fusion produced a cycle")  # can_fuse prevents this
     return ordered
 
 
@@ -245,6 +269,7 @@ class FusionLog:
 
     def to_json(self, steps: list[Step], options: CompileOptions) -> dict:
         final = {name for s in steps if isinstance(s, KernelGroup) and len(s.nodes) > 1 for name in s.node_names}
+        group_of = {name: i for i, s in enumerate(steps) for name in s.node_names}
         return {
             "enabled": options.fusion,
             "groups": [{"kernel": s.name, "nodes": s.node_names, "numel": s.numel, "rnumel": s.rnumel}
@@ -254,25 +279,20 @@ class FusionLog:
             "benchmark_note": self.benchmark_note,
             # a pair refused in one round may still end up together through others: keep the informative ones
             "refused": [w.to_json() for w in self.refused.values() if not ({w.node1, w.node2} <= final and
-                                                                         _same_group(steps, w.node1, w.node2))],
+                                                                         group_of[w.node1] == group_of[w.node2])],
         }
-
-
-def _same_group(steps: list[Step], a: str, b: str) -> bool:
-    return any(a in s.node_names and b in s.node_names for s in steps)
 
 
 def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
                program: Program, options: CompileOptions, log: FusionLog, judge: Any = None) -> list[Step]:
+    state = FusionState(steps, predecessors, read_writes, program)
     for _ in range(MAX_FUSION_ROUNDS):
-        candidates = sorted(_candidate_pairs(steps, read_writes),
-                            key=lambda pair: score_fusion(pair[0], pair[1], read_writes, program), reverse=True)
-        fused_this_round: set[int] = set()
+        steps, candidates = state.round_candidates()
+        dead = np.zeros(len(steps), dtype=bool)  # fused this round
         changed = False
-        for first, second in candidates:
-            if id(first) in fused_this_round or id(second) in fused_this_round:
-                continue
-            reason, group = can_fuse(first, second, steps, predecessors, read_writes, options)
+        for i, j in candidates.live_pairs(dead):
+            first, second = steps[i], steps[j]
+            reason, group = can_fuse(first, second, state.graph, read_writes, options)
             if group is None:
                 log.refuse(first, second, reason)
                 continue
@@ -284,30 +304,88 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
                     log.refuse(first, second, record["reason"])
                     continue
             log.fused.append({"node1": first.name, "node2": second.name,
-                              "bytes_saved": score_fusion(first, second, read_writes, program)[0]})
-            steps = [s for s in steps if s is not first and s is not second] + [group]
-            fused_this_round |= {id(first), id(second), id(group)}
+                              "bytes_saved": state.score(first, second)[0]})
+            state.replace(first, second, group)
+            dead[i] = dead[j] = True
             changed = True
         if not changed:
             break
-    return steps
+    return state.steps()
 
 
-def _candidate_pairs(steps: list[Step], read_writes: dict[str, ReadWrites]) -> list[tuple[Step, Step]]:
-    """Pairs that touch a common buffer, earlier step first."""
-    touching: dict[str, list[Step]] = {}
-    for step in steps:
-        buffers = set()
+class FusionState:
+    """The steps while fusion runs: in the order the candidate search walks them (a fused group
+    goes last), each step's buffers, and the dependency graph between steps (`StepGraph`)."""
+
+    def __init__(self, steps: list[Step], predecessors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
+                 program: Program) -> None:
+        self.read_writes = read_writes
+        self.bytes = {name: b.layout.numel * ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
+        self.alive: dict[int, Step] = {id(s): s for s in steps}
+        self.touched: dict[int, list[str]] = {}  # buffers read or written, in name order
+        self.accessed: dict[int, frozenset[str]] = {}  # buffers accessed through an index (MemoryDeps)
+        self.kept: dict[int, Step] = {}  # every step described above stays referenced: ids are never reused
+        for step in steps:
+            self._describe(step)
+        step_of = {name: id(s) for s in steps for name in s.node_names}
+        edges = ((step_of[p], step_of[n]) for n in step_of for p in predecessors[n] if p in step_of)
+        self.graph = StepGraph(self.alive, edges, {id(s): s.order for s in steps})
+
+    def _describe(self, step: Step) -> None:
+        touched: set[str] = set()
+        accessed: set[str] = set()
         for name in step.node_names:
-            buffers |= read_writes[name].read_buffers() | read_writes[name].write_buffers()
-        for buffer in buffers:
-            touching.setdefault(buffer, []).append(step)
-    pairs: dict[tuple[int, int], tuple[Step, Step]] = {}
-    for users in touching.values():
-        for a, b in itertools.combinations(sorted(users, key=lambda s: s.order), 2):
-            if not (isinstance(a, ExternStep) and isinstance(b, ExternStep)):
-                pairs[(id(a), id(b))] = (a, b)
-    return list(pairs.values())
+            rw = self.read_writes[name]
+            touched |= rw.read_buffers() | rw.write_buffers()
+            accessed |= {d.buffer for d in rw.reads | rw.writes if isinstance(d, MemoryDep)}
+        self.touched[id(step)], self.accessed[id(step)] = sorted(touched), frozenset(accessed)
+        self.kept[id(step)] = step
+
+    def steps(self) -> list[Step]:
+        return list(self.alive.values())
+
+    def replace(self, first: Step, second: Step, group: KernelGroup) -> None:
+        del self.alive[id(first)], self.alive[id(second)]
+        self.alive[id(group)] = group
+        self.touched[id(group)] = sorted(set(self.touched[id(first)]) | set(self.touched[id(second)]))
+        self.accessed[id(group)] = self.accessed[id(first)] | self.accessed[id(second)]
+        self.kept[id(group)] = group
+        self.graph.merge(id(first), id(second), id(group))
+
+    def score(self, first: Step, second: Step) -> tuple[int, int]:
+        """(bytes of shared buffers that one kernel reads or writes once instead of twice, -distance)."""
+        shared = self.accessed[id(first)] & self.accessed[id(second)]
+        return sum(self.bytes[b] for b in shared), -abs(second.order - first.last)
+
+    def round_candidates(self) -> tuple[list[Step], Candidates]:
+        """This round's steps, and the pairs to try (positions in that list): pairs that touch a
+        common buffer, earlier step first, ranked by `score` then as found (fusion_candidates),
+        less those a third step that touches the buffer lies between (their fusion would create
+        a cycle: `StepGraph.separable_partners`)."""
+        steps = list(self.alive.values())
+        touching: dict[str, list[int]] = {}
+        for position, step in enumerate(steps):
+            for buffer in self.touched[id(step)]:
+                touching.setdefault(buffer, []).append(position)
+        order = np.array([s.order for s in steps], dtype=np.int64)
+        candidates = Candidates(order, np.array([s.last for s in steps], dtype=np.int64),
+                                np.array([isinstance(s, ExternStep) for s in steps], dtype=bool))
+        for index, (buffer, users) in enumerate(touching.items()):
+            if len(users) < 2:
+                continue
+            users.sort(key=order.__getitem__)
+            accessed = [buffer in self.accessed[id(steps[u])] for u in users]
+            count = len(users) * (len(users) - 1) // 2
+            if count <= PAIRS_WITHOUT_PRUNING:
+                candidates.add_few(index, users, accessed, self.bytes[buffer])
+                continue
+            keys = [id(steps[u]) for u in users]
+            columns = np.array(users, dtype=np.int64), np.array(accessed, dtype=bool)
+            if count <= 2 * self.graph.span(keys):
+                candidates.add(index, columns[0], np.triu_indices(len(users), 1), columns[1], self.bytes[buffer])
+            else:
+                candidates.add_hub(index, columns[0], self.graph.separable_partners(keys), columns[1], self.bytes[buffer])
+        return steps, candidates
 
 
 def program_order(name: str) -> int:
@@ -315,14 +393,16 @@ def program_order(name: str) -> int:
     return int(name.removeprefix("op"))
 
 
-def can_fuse(first: Step, second: Step, steps: list[Step], predecessors: dict[str, set[str]],
-             read_writes: dict[str, ReadWrites], options: CompileOptions) -> tuple[str, KernelGroup | None]:
+def can_fuse(first: Step, second: Step, graph: StepGraph, read_writes: dict[str, ReadWrites],
+             options: CompileOptions) -> tuple[str, KernelGroup | None]:
     """(reason, None) when the pair cannot share a kernel, else ("", the fused group)."""
     if isinstance(first, ExternStep) or isinstance(second, ExternStep):
         return "extern nodes run as ATen calls and never fuse", None
     if len(first.nodes) + len(second.nodes) > options.max_fusion_size:
         return f"the group would hold {len(first.nodes) + len(second.nodes)} nodes, over max_fusion_size={options.max_fusion_size}", None
-    if _creates_cycle(first, second, steps, predecessors):
+    # checked on the current groups, not on single nodes: two fusions that are each fine alone
+    # can together make groups depend on each other
+    if graph.creates_cycle(id(first), id(second)):
         return "fusing would create a cycle: a path leaves the group and re-enters it", None
     nodes = sorted(first.nodes + second.nodes, key=lambda n: program_order(n.name))
     try:
@@ -333,56 +413,24 @@ def can_fuse(first: Step, second: Step, steps: list[Step], predecessors: dict[st
                            max(first.last, second.last))
 
 
-def _creates_cycle(first: Step, second: Step, steps: list[Step], predecessors: dict[str, set[str]]) -> bool:
-    """True if, with the pair merged, a path of steps leaves the merged group and comes back.
-
-    Checked on the current groups, not on single nodes: two fusions that are each fine alone
-    can together make groups depend on each other."""
-    merged = {id(first), id(second)}
-    group_of = {n: ("merged" if id(s) in merged else id(s)) for s in steps for n in s.node_names}
-    successors: dict[object, set[object]] = {}
-    for name, before in predecessors.items():
-        if name not in group_of:
-            continue
-        for p in before:
-            if p in group_of and group_of[p] != group_of[name]:
-                successors.setdefault(group_of[p], set()).add(group_of[name])
-    seen: set[object] = set()
-    frontier = list(successors.get("merged", ()))
-    while frontier:
-        group = frontier.pop()
-        if group == "merged":
-            return True
-        if group not in seen:
-            seen.add(group)
-            frontier.extend(successors.get(group, ()))
-    return False
-
-
-def score_fusion(first: Step, second: Step, read_writes: dict[str, ReadWrites], program: Program) -> tuple[int, int]:
-    """(bytes of shared buffers that one kernel reads or writes once instead of twice, -distance)."""
-    def buffers(step: Step) -> set[str]:
-        names = set()
-        for n in step.node_names:
-            names |= {d.buffer for d in read_writes[n].reads | read_writes[n].writes if isinstance(d, MemoryDep)}
-        return names
-
-    shared = buffers(first) & buffers(second)
-    saved = sum(program.buffers[b].layout.numel * ITEMSIZES[program.buffers[b].dtype] for b in shared)
-    distance = abs(second.order - first.last)
-    return saved, -distance
-
-
 def mark_internal_buffers(steps: list[Step], read_writes: dict[str, ReadWrites], program: Program) -> None:
+    readers: dict[str, set[str]] = {}
+    for name, rw in read_writes.items():
+        for buffer in rw.read_buffers():
+            readers.setdefault(buffer, set()).add(name)
     for step in steps:
         if isinstance(step, KernelGroup) and len(step.nodes) > 1:
-            step.internal = internal_buffers(step.node_names, read_writes, program)
+            step.internal = internal_buffers(step.node_names, read_writes, program, readers)
 
 
-def internal_buffers(node_names: list[str], read_writes: dict[str, ReadWrites], program: Program) -> set[str]:
-    """Buffers these nodes write that no other node, no output and no caller sees: they stay in registers."""
+def internal_buffers(node_names: list[str], read_writes: dict[str, ReadWrites], program: Program,
+                     readers: dict[str, set[str]] | None = None) -> set[str]:
+    """Buffers these nodes write that no other node, no output and no caller sees: they stay in registers.
+    `readers` (buffer -> the nodes of read_writes that read it) saves a walk over every node."""
     inside = set(node_names)
     visible = {o.buffer.name for o in program.outputs} | {b.name for b in program.inputs}
-    visible |= {b for n, rw in read_writes.items() if n not in inside for b in rw.read_buffers()}
     written = set().union(*(read_writes[n].write_buffers() for n in node_names))
-    return written - visible
+    if readers is None:
+        visible |= {b for n, rw in read_writes.items() if n not in inside for b in rw.read_buffers()}
+        return written - visible
+    return {b for b in written - visible if readers.get(b, set()) <= inside}

@@ -10,10 +10,14 @@ bytes wins. A group with no such split keeps its 1D kernel.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
+import numpy as np
+
 from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.index_points import evaluate
 from compiler.indexing import RINDEX, XINDEX, simplify_index
 from compiler.loop_mapping import GroupMapping, NodeMapping, memory_order
 
@@ -73,14 +77,18 @@ def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, Re
     return along_x + along_r if along_x and along_r else None
 
 
+@functools.lru_cache(maxsize=1 << 14)  # kernels of one shape ask about the same indices again and again
 def unit_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[bool, bool]:
     """Whether moving one step along xindex (resp. rindex) moves the address by one element,
     at most sampled points (tiles that straddle a dim boundary are the exception)."""
     rng = random.Random(0)
-    unit_x = unit_r = 0
-    for _ in range(samples):
-        x, r = rng.randrange(max(rows - 1, 1)), rng.randrange(max(columns - 1, 1))
-        here = int(index.xreplace({XINDEX: x, RINDEX: r}))
-        unit_x += int(index.xreplace({XINDEX: x + 1, RINDEX: r})) - here == 1
-        unit_r += int(index.xreplace({XINDEX: x, RINDEX: r + 1})) - here == 1
+    points = [(rng.randrange(max(rows - 1, 1)), rng.randrange(max(columns - 1, 1))) for _ in range(samples)]
+    xs, rs = (np.array(column, dtype=np.int64) for column in zip(*points))
+    bounds = {XINDEX: max(rows, 2), RINDEX: max(columns, 2)}
+    here, right, down = (evaluate(index, {XINDEX: x, RINDEX: r}, bounds) for x, r in ((xs, rs), (xs + 1, rs), (xs, rs + 1)))
+    if here is None or right is None or down is None:  # not evaluable with numpy: one point at a time
+        here, right, down = ([int(index.xreplace({XINDEX: x + dx, RINDEX: r + dr})) for x, r in points]
+                             for dx, dr in ((0, 0), (1, 0), (0, 1)))
+        here, right, down = np.array(here), np.array(right), np.array(down)
+    unit_x, unit_r = int(np.sum(right - here == 1)), int(np.sum(down - here == 1))
     return unit_x * 4 >= samples * 3, unit_r * 4 >= samples * 3

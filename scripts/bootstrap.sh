@@ -34,4 +34,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
     # The package starts a system service on 6379; fusewire runs its own servers.
     $SUDO service redis-server stop >/dev/null 2>&1 || true
 fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+    # The dashboard's browser test drives it through playwright (PyPI's browser download is not needed).
+    echo "[bootstrap] installing chromium (Debian package)"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
 echo "[bootstrap] ready: $("$VENV/bin/python" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')"

@@ -8,7 +8,7 @@ grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/ex
 rm -rf .gpu && mkdir -p .gpu/whl .gpu/bin .gpu/lib
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .gpu/whl fastapi "celery[redis]" uvicorn pydantic pydantic-settings redis tenacity
+    -d .gpu/whl fastapi "celery[redis]" uvicorn pydantic pydantic-settings redis tenacity cryptography
 # already on the GPU machine's image (its package list): keep one version of each
 (cd .gpu/whl && rm -f anyio-* click-8* h11-* idna-* packaging-* python_dateutil-* six-* typing_extensions-* annotated_doc-*)
 cp "$(readlink -f "$(command -v redis-server)")" .gpu/bin/redis-server.bin

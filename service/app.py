@@ -11,8 +11,9 @@ import logging
 from fastapi import FastAPI
 
 from compiler.version import FUSEWIRE_VERSION
-from service import errors
+from service import errors, openapi
 from service.context import Context
+from service.dashboard import routes as dashboard
 from service.limits import BodySizeLimit
 from service.metrics import MetricsMiddleware
 from service.routes import artifacts, health, jobs, submit
@@ -30,8 +31,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = Context.build(settings)
     app.state.ctx.auth.announce()
     errors.install(app)
+    openapi.install(app, settings, open_auth=app.state.ctx.auth.open)
     for module in (submit, jobs, artifacts, health):
         app.include_router(module.router)
+    app.include_router(dashboard.router)  # the web dashboard under /ui (docs/DASHBOARD.md), not in the schema
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware)
     return app

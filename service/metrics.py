@@ -5,12 +5,16 @@ at scrape time, since the workers record them there."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, CounterMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+from redis.exceptions import RedisError
+
+log = logging.getLogger("fusewire.api")
 
 REQUESTS = Counter("fusewire_http_requests_total", "HTTP requests", ["method", "route", "status"])
 LATENCY = Histogram("fusewire_http_request_seconds", "HTTP request latency", ["route"],
@@ -20,6 +24,15 @@ MISSES = Counter("fusewire_cache_misses_total", "artifact absent: a submission t
 ENQUEUED = Counter("fusewire_jobs_enqueued_total", "compile jobs sent to a worker queue", ["queue"])
 BYTES_SERVED = Counter("fusewire_artifact_bytes_served_total", "artifact bytes sent in GET /artifacts responses")
 CORRUPT = Counter("fusewire_artifact_corrupt_total", "stored artifacts that failed their digest check when read")
+
+
+def count_lookup(store, via: str, hit: bool, nbytes: int = 0) -> None:
+    """The dashboard's history of cache lookups and bytes served (Store.count_traffic), kept in Redis so
+    every API process adds to one series. Best effort: a request never fails for it."""
+    try:
+        store.count_traffic(via, hit, nbytes)
+    except RedisError as exc:
+        log.warning("could not count a %s lookup for the dashboard: %s", via, exc)
 
 
 class RedisCollector:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from compiler.graph import TARGET_PATTERN
 
 KEY_PATTERN = r"^[0-9a-f]{64}$"
+# Components that service.openapi adds to the document: the wire format's schema, generated from
+# compiler.graph's models (compiler.wire_schema), and compiler.options.CompileOptions. The API
+# validates both with the compiler's own code (better messages, the configured limits).
+SCHEMAS = "#/components/schemas/"
+# (allOf: pydantic would try to resolve a bare $ref among its own definitions)
+WIRE_GRAPH_SCHEMA = {"allOf": [{"$ref": SCHEMAS + "WireGraph"}]}
+OPTIONS_SCHEMA = {"anyOf": [{"$ref": SCHEMAS + "CompileOptions"}, {"type": "null"}], "default": None}
 
 EXAMPLE_GRAPH = {
     "version": 1,
@@ -21,9 +30,15 @@ EXAMPLE_GRAPH = {
 
 
 class CompileRequest(BaseModel):
-    graph: dict[str, Any] = Field(..., description="a wire-format v1 graph (see DESIGN.md)", examples=[EXAMPLE_GRAPH])
-    target: str = Field("cpu", description="'cpu' (Triton interpreter) or 'cuda:sm_XY'", examples=["cpu", "cuda:sm_90"])
-    options: dict[str, Any] | None = Field(None, description="compiler.options.CompileOptions fields; all part of the key")
+    """POST /compile. Parsed loosely here; routes.submit validates each field with the compiler's
+    rules, so that a 422 names the place (`graph.nodes[3] 'ln'.args[1]`)."""
+
+    graph: Annotated[dict[str, Any], WithJsonSchema(WIRE_GRAPH_SCHEMA)] = Field(
+        ..., description="a wire-format v1.1 graph (docs/WIRE.md)", examples=[EXAMPLE_GRAPH])
+    target: str = Field("cpu", description="'cpu' (Triton interpreter) or 'cuda:sm_XY'", examples=["cpu", "cuda:sm_90"],
+                        json_schema_extra={"pattern": TARGET_PATTERN.pattern})
+    options: Annotated[dict[str, Any] | None, WithJsonSchema(OPTIONS_SCHEMA)] = Field(
+        None, description="compiler.options.CompileOptions fields; all part of the key")
 
 
 class SubmitResponse(BaseModel):
@@ -52,9 +67,16 @@ class JobStatus(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    error: str = Field(..., description="machine-readable code, e.g. invalid_graph, bad_json, rate_limited")
-    detail: str = Field(..., description="what is wrong and where, for a person")
-    where: str | None = Field(None, description="location in the request, e.g. \"graph.nodes[3] 'ln'.args[1]\"")
+    """Every 4xx/5xx body (service.errors): exactly these three fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: str = Field(..., description="machine-readable code, e.g. invalid_graph, bad_json, rate_limited",
+                       examples=["invalid_graph"])
+    detail: str = Field(..., description="what is wrong and where, for a person",
+                        examples=["graph.nodes[1] 'r'.target: unknown ATen op 'aten.frobnicate.default'"])
+    where: str | None = Field(..., description="location in the request, e.g. \"graph.nodes[3] 'ln'.args[1]\"; "
+                              "null when the problem has no place", examples=["graph.nodes[1] 'r'.target"])
 
 
 class Health(BaseModel):

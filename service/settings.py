@@ -4,6 +4,7 @@
     FUSEWIRE_KEY_PREFIX=fw:
     FUSEWIRE_TOKENS="tok-abc=vision,tok-def=speech"   or   FUSEWIRE_TOKENS_FILE=/etc/fusewire/tokens
     FUSEWIRE_RATE_LIMIT_PER_MINUTE=600
+    FUSEWIRE_SIGNING_KEY_FILE=/etc/fusewire/signing.pem   (workers: the key artifacts are signed with)
 
 The API, the Celery worker and `fusewire up` all build their configuration from this
 class, so a setting means the same thing in every process.
@@ -41,6 +42,14 @@ class Settings(BaseSettings):
     team_rate_limits: dict[str, int] = Field(default_factory=dict, description='per-team overrides, JSON: {"vision": 60}')
     max_request_bytes: int = Field(16 * 1024 * 1024 + 64 * 1024, ge=1024, description="largest request body (413 above)")
     targets: list[str] | None = Field(None, description="targets accepted by POST /compile; None = any valid target")
+    compile_seconds_per_hour: float = Field(7200.0, ge=0, description="compile seconds a team's jobs may take per "
+                                            "hour before its new submissions get 429; 0 = no budget")
+    team_compile_budgets: dict[str, float] = Field(default_factory=dict, description='per-team overrides, JSON: {"vision": 600}')
+    max_tensor_elements: int = Field(2**34, ge=1, description="elements of any tensor of a graph (inputs, intermediates, outputs)")
+    max_planned_bytes: int = Field(192 * 2**30, ge=1, description="bytes a graph's launch plan may hold at once")
+
+    # Trust: workers sign every artifact with this Ed25519 key; clients verify (docs/TRUST.md).
+    signing_key_file: Path | None = Field(None, description="worker's Ed25519 private key (PEM, `fusewire keygen`)")
 
     # Artifact serving.
     artifact_cache_bytes: int = Field(256 * 1024 * 1024, ge=0, description="per-process memory cache of verified artifacts")
@@ -76,6 +85,15 @@ class Settings(BaseSettings):
 
     def rate_limit_for(self, team: str) -> int:
         return self.team_rate_limits.get(team, self.rate_limit_per_minute)
+
+    def compile_budget_for(self, team: str) -> float:
+        return self.team_compile_budgets.get(team, self.compile_seconds_per_hour)
+
+    def work_limits(self):
+        """compiler.bounds.WorkLimits from these settings (imported here: the API needs no torch for it)."""
+        from compiler.bounds import WorkLimits
+
+        return WorkLimits(max_tensor_elements=self.max_tensor_elements, max_planned_bytes=self.max_planned_bytes)
 
 
 def _pairs(text: str, source: str) -> list[tuple[str, str]]:

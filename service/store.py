@@ -7,12 +7,19 @@ Layout (every key under the configured prefix, default `fw:`):
     job:{key}               hash: state, stage, progress, error, attempts, timings, ...
     graph:{key}             the submitted graph (canonical JSON) until it is compiled
     rate:{team}:{minute}    submissions of a team in one minute (fixed window)
+    budget:{team}:{hour}    compile seconds the team's finished jobs took in one hour (fixed window)
     jobs:active             zset key -> submit time, of queued and running jobs
     queues                  set of the Celery queues jobs were sent to
     workers                 zset hostname -> last heartbeat; worker:{hostname} its info
     tune:{kernel key}       autotuning result of one kernel (chosen candidate, timings), written once
     stats:compiles          compiles started, all time
     stats:compile_seconds:{outcome}   hash: histogram buckets, count, sum
+    -- read by the dashboard (service/dashboard, docs/DASHBOARD.md):
+    jobs:recent             zset key -> finish time of the last RECENT_JOBS finished jobs
+    stages:{key}            hash stage -> time the running job entered it (its attempt's timeline)
+    outline:{key}           the submitted graph's outline (names, ops, edges); kept with the artifact
+    stats:traffic:{minute|hour}:{n}   hash: cache hits/misses by route, bytes served, per window
+    stats:team_compile_s:{hour}       hash team -> compile seconds of its jobs that finished in that hour
 
 Every state change of a job is one Lua script, so concurrent API processes and
 workers never see or make a half-changed job. Both the API (from its thread pool) and
@@ -32,6 +39,9 @@ import redis
 
 JOB_STATES = ("queued", "running", "ready", "failed")
 COMPILE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
+RECENT_JOBS = 1000  # finished jobs jobs:recent remembers
+HISTORY_TTL_S = 8 * 24 * 3600  # per-hour history (traffic, compile seconds by team)
+TRAFFIC_WINDOWS = {"minute": (60, 2 * 3600), "hour": (3600, HISTORY_TTL_S)}  # bucket seconds, kept for
 
 
 class CorruptArtifact(RuntimeError):
@@ -132,9 +142,14 @@ redis.call('ZREM', KEYS[3], ARGV[3])
 return 1
 """
 
-# KEYS: job; ARGV: stage, progress, now. Only a running job moves.
+# KEYS: job, stages; ARGV: stage, progress, now. Only a running job moves; entering a stage is timed.
 _PROGRESS = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+if redis.call('HGET', KEYS[1], 'stage') ~= ARGV[1] then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+  local ttl = redis.call('PTTL', KEYS[1])
+  redis.call('PEXPIRE', KEYS[2], ttl > 0 and ttl or 604800000)
+end
 redis.call('HSET', KEYS[1], 'stage', ARGV[1], 'progress', ARGV[2], 'updated_at', ARGV[3])
 return 1
 """
@@ -198,6 +213,11 @@ class Store:
         """Bytes of a stored bundle; 0 when absent."""
         return int(self.redis.strlen(self.k("artifact", key)))
 
+    def artifact_digest(self, key: str) -> str | None:
+        """The digest stored with a bundle (not checked against it: get_artifact does that); None when absent."""
+        digest = self.redis.get(self.k("artifact", key, "digest"))
+        return digest.decode() if digest is not None else None
+
     def has_artifact(self, key: str) -> bool:
         return bool(self.redis.exists(self.k("artifact", key)))
 
@@ -228,6 +248,33 @@ class Store:
             return 0.0
         return max(1.0, math.ceil((window + 1) * window_s - now))
 
+    def charge_compile_seconds(self, key: str, seconds: float, window_s: int = 3600) -> str | None:
+        """Adds a finished compile's seconds to the budget window of the team that started it; returns the team."""
+        team = self.redis.hget(self.k("job", key), "team")
+        if not team or seconds <= 0:
+            return None
+        counter = self.k("budget", team.decode(), str(int(time.time() // window_s)))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incrbyfloat(counter, seconds)
+        pipe.expire(counter, window_s * 2)
+        history = self.k("stats", "team_compile_s", str(int(time.time() // 3600)))  # the dashboard's history
+        pipe.hincrbyfloat(history, team.decode(), seconds)
+        pipe.expire(history, HISTORY_TTL_S)
+        pipe.execute()
+        return team.decode()
+
+    def over_compile_budget(self, team: str, budget_s: float, window_s: int = 3600) -> float:
+        """0 while `team` has used less than `budget_s` compile seconds in this window, else the
+        seconds until the window resets. A budget <= 0 means none."""
+        if budget_s <= 0:
+            return 0.0
+        now = time.time()
+        window = int(now // window_s)
+        used = float(self.redis.get(self.k("budget", team, str(window))) or 0)
+        if used < budget_s:
+            return 0.0
+        return max(1.0, math.ceil((window + 1) * window_s - now))
+
     # -- jobs --------------------------------------------------------------------
 
     def job(self, key: str) -> dict[str, str] | None:
@@ -243,13 +290,15 @@ class Store:
             args=[attempt, time.time(), worker, max_deliveries, key],
         )
         action = result[0].decode()
+        if action in ("graph-missing", "poisoned"):  # the script recorded it failed
+            self.remember_finished(key, "failed")
         if action != "run":
             return Begin(action)
         graph, target, options, delivery = (item.decode() for item in result[1:])
         return Begin(action, graph, target, options, int(delivery))
 
     def progress(self, key: str, stage: str, fraction: float) -> None:
-        self._progress(keys=[self.k("job", key)], args=[stage, f"{fraction:.3f}", time.time()])
+        self._progress(keys=[self.k("job", key), self.k("stages", key)], args=[stage, f"{fraction:.3f}", time.time()])
 
     def finish(self, key: str, state: str, ttl_s: int, compile_s: float | None = None, **fields: Any) -> None:
         """Marks a job ready or failed (with `error=`), drops its graph when ready, records its duration."""
@@ -261,6 +310,7 @@ class Store:
             pairs += [name, str(value)]
         self._finish(keys=[self.k("job", key), self.k("graph", key), self.k("jobs", "active")],
                      args=[state, time.time(), key, int(ttl_s), *pairs])
+        self.remember_finished(key, state, ttl_s)
         if compile_s is not None:
             self.observe_compile(compile_s, state)
 
@@ -325,3 +375,77 @@ class Store:
             entry.update(hostname=name.decode(), seen_s_ago=round(now - at, 1))
             workers.append(entry)
         return workers
+
+    # -- dashboard history (service/dashboard reads it; docs/DASHBOARD.md) ------------
+
+    def remember_finished(self, key: str, state: str, ttl_s: int | None = None) -> None:
+        """Adds a finished job to jobs:recent (capped); its stage timeline lives as long as its record,
+        and a ready job's graph outline as long as its artifact."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(self.k("jobs", "recent"), {key: time.time()})
+        pipe.zremrangebyrank(self.k("jobs", "recent"), 0, -RECENT_JOBS - 1)
+        if ttl_s is not None:
+            pipe.expire(self.k("stages", key), int(ttl_s))
+        if state == "ready":
+            pipe.persist(self.k("outline", key))
+        pipe.execute()
+
+    def put_outline(self, key: str, outline_json: str, ttl_s: int) -> None:
+        """The submitted graph's outline, for the dashboard's picture; kept for good once the job is ready."""
+        self.redis.set(self.k("outline", key), outline_json, ex=int(ttl_s))
+
+    def outline(self, key: str) -> str | None:
+        raw = self.redis.get(self.k("outline", key))
+        return raw.decode() if raw is not None else None
+
+    def stage_times(self, key: str) -> dict[str, float]:
+        """stage -> when the job's latest run entered it (older attempts' stages may remain: compare started_at)."""
+        return {k.decode(): float(v) for k, v in self.redis.hgetall(self.k("stages", key)).items()}
+
+    def recent_job_keys(self, limit: int) -> list[tuple[str, float]]:
+        """The last `limit` finished jobs, newest first, with their finish times."""
+        rows = self.redis.zrevrange(self.k("jobs", "recent"), 0, limit - 1, withscores=True)
+        return [(key.decode(), at) for key, at in rows]
+
+    def active_job_keys(self, limit: int) -> list[tuple[str, float]]:
+        """Queued and running jobs, oldest submission first, with their submit times."""
+        rows = self.redis.zrange(self.k("jobs", "active"), 0, limit - 1, withscores=True)
+        return [(key.decode(), at) for key, at in rows]
+
+    def jobs(self, keys: list[str]) -> list[dict[str, str] | None]:
+        """Many job records in one round trip; None where a record expired."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(self.k("job", key))
+        return [{k.decode(): v.decode() for k, v in raw.items()} or None for raw in pipe.execute()]
+
+    def count_traffic(self, via: str, hit: bool, nbytes: int = 0) -> None:
+        """Counts one cache lookup (`via` submit, probe or fetch) and the bytes served, per minute and hour."""
+        now = time.time()
+        pipe = self.redis.pipeline(transaction=False)
+        for window, (span, keep) in TRAFFIC_WINDOWS.items():
+            bucket = self.k("stats", "traffic", window, str(int(now // span)))
+            pipe.hincrby(bucket, f"{'hit' if hit else 'miss'}:{via}", 1)
+            if nbytes:
+                pipe.hincrby(bucket, "bytes", nbytes)
+            pipe.expire(bucket, keep)
+        pipe.execute()
+
+    def traffic(self, window: str, buckets: int) -> list[tuple[float, dict[str, int]]]:
+        """The last `buckets` windows ('minute' or 'hour'), oldest first: (window start, counters)."""
+        span, _ = TRAFFIC_WINDOWS[window]
+        last = int(time.time() // span)
+        starts = range(last - buckets + 1, last + 1)
+        pipe = self.redis.pipeline(transaction=False)
+        for n in starts:
+            pipe.hgetall(self.k("stats", "traffic", window, str(n)))
+        return [(n * span, {k.decode(): int(v) for k, v in raw.items()}) for n, raw in zip(starts, pipe.execute())]
+
+    def team_compile_seconds(self, hours: int) -> list[tuple[float, dict[str, float]]]:
+        """Compile seconds per team in each of the last `hours` hours, oldest first."""
+        last = int(time.time() // 3600)
+        starts = range(last - hours + 1, last + 1)
+        pipe = self.redis.pipeline(transaction=False)
+        for n in starts:
+            pipe.hgetall(self.k("stats", "team_compile_s", str(n)))
+        return [(n * 3600.0, {k.decode(): float(v) for k, v in raw.items()}) for n, raw in zip(starts, pipe.execute())]

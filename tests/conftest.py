@@ -30,15 +30,49 @@ def redis_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def signing_key(tmp_path_factory):
+    """The session's worker signing key (its path), trusted by every client of the session through a
+    trusted-keys file (FUSEWIRE_TRUSTED_KEYS_FILE, inherited by client subprocesses). Never ~/.config."""
+    from compiler.signing import add_trusted_key, generate_key, write_private_key
+
+    folder = tmp_path_factory.mktemp("keys")
+    private = generate_key()
+    write_private_key(private, folder / "worker.pem")
+    add_trusted_key(folder / "trusted_keys", private.public_key(), "the test session's workers")
+    old = {name: os.environ.get(name) for name in ("FUSEWIRE_TRUSTED_KEYS_FILE", "FUSEWIRE_TRUSTED_KEYS")}
+    os.environ["FUSEWIRE_TRUSTED_KEYS_FILE"] = str(folder / "trusted_keys")
+    os.environ.pop("FUSEWIRE_TRUSTED_KEYS", None)
+    yield folder / "worker.pem"
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
-def settings(redis_server):
+def signed(signing_key):
+    """artifact -> its bytes, signed with the session's worker key (as a worker would send them)."""
+    from compiler.signing import load_private_key, sign_artifact
+
+    private = load_private_key(signing_key)
+
+    def sign(artifact) -> bytes:
+        sign_artifact(artifact, private)
+        return artifact.to_bytes()
+    return sign
+
+
+@pytest.fixture(scope="session")
+def settings(redis_server, signing_key):
     from service.settings import Settings
     from svc_helpers import PREFIX, TOKENS
 
     return Settings(
         redis_url=redis_server.url, key_prefix=PREFIX, tokens=",".join(f"{t}={team}" for t, team in TOKENS.items()),
         rate_limit_per_minute=100_000, heartbeat_interval_s=0.5, heartbeat_ttl_s=3.0,
-        soft_time_limit_s=120, hard_time_limit_s=150,
+        soft_time_limit_s=120, hard_time_limit_s=150, signing_key_file=signing_key,
     )
 
 

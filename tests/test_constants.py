@@ -113,7 +113,7 @@ def test_constant_spec_keeps_dtype_and_values_of_strided_tensors():
 # -- compile and run ----------------------------------------------------------------------
 
 
-def test_compiled_graph_reads_constants_and_folds_0d_ones():
+def test_compiled_graph_reads_constants_and_folds_0d_ones(signed):
     table, scale = torch.randn(7, 5), torch.tensor(0.25)
 
     def fn(x):
@@ -125,7 +125,7 @@ def test_compiled_graph_reads_constants_and_folds_0d_ones():
     constants = artifact.plan["constants"]
     assert [c["size"] for c in constants] == [[7, 5]]  # the 0-d one is folded, not carried
     assert artifact.files[f"constants/{constants[0]['constant']}.bin"] == table.numpy().tobytes()
-    run = load(artifact.to_bytes())
+    run = load(signed(artifact))
     for got, want in zip(run(x), fn(x)):
         torch.testing.assert_close(got, want)
     first = run(x)[1]

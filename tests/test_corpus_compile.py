@@ -14,10 +14,10 @@ from tests.corpus import corpus_inputs, corpus_names, load_graph
 
 @pytest.mark.parametrize("name", corpus_names())
 @pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
-def test_corpus_graph_matches_eager(name: str, fusion: bool) -> None:
+def test_corpus_graph_matches_eager(name: str, fusion: bool, signed) -> None:
     graph = load_graph(name)
     artifact = compiler.compile(graph, "cpu", {"fusion": fusion})
-    run = load(artifact.to_bytes())
+    run = load(signed(artifact))  # the bytes, as a client gets them
     for seed in (0, 1):
         inputs = corpus_inputs(name, seed=seed)
         expected = run_eager(graph, [t.clone() for t in inputs])

@@ -101,7 +101,15 @@ def test_extra_field():
 def test_wrong_field_type():
     assert error(edited(lambda g: g.update(nodes={}))) == "nodes: Input should be a valid list"
     assert error(edited(lambda g: g["inputs"][0].update(shape=[4, "8"]))) == "inputs[0] 'x'.shape[1]: Input should be a valid integer"
-    assert error(edited(lambda g: g["inputs"][0].update(shape=[4, 8.0]))) == "inputs[0] 'x'.shape[1]: Input should be a valid integer"
+    assert error(edited(lambda g: g["inputs"][0].update(shape=[4, 8.5]))) == "inputs[0] 'x'.shape[1]: Input should be a valid integer"
+    assert error(edited(lambda g: g["inputs"][0].update(shape=[4, True]))) == "inputs[0] 'x'.shape[1]: Input should be a valid integer"
+
+
+def test_integral_json_numbers_are_integers():
+    """8.0 is the integer 8, as JSON Schema's `integer` (the OpenAPI document) says; same key."""
+    graph = parse_graph(edited(lambda g: g["inputs"][0].update(shape=[4, 8.0])))
+    assert graph.inputs[0].shape == [4, 8] and type(graph.inputs[0].shape[1]) is int
+    assert key(graph, "cpu") == key(parse_graph(edited(lambda g: None)), "cpu")
 
 
 def test_the_first_problem_in_document_order_is_reported():

@@ -98,16 +98,30 @@ def compile_graph(self, key: str, attempt: int = 0) -> str:
         raise  # Celery retries it (autoretry_for); the job stays 'running' meanwhile
     except SoftTimeLimitExceeded:
         error = f"compile exceeded the soft time limit of {settings.soft_time_limit_s:g} s"
-        db.finish(key, "failed", settings.job_ttl_s, time.monotonic() - started, error=error)
+        _finish(db, key, "failed", started, error=error)
         return "failed"
     except Exception as exc:  # the graph failed to compile: record it, keep the worker alive
         log.warning("job %s failed: %s", key[:12], describe(exc))
-        db.finish(key, "failed", settings.job_ttl_s, time.monotonic() - started, error=describe(exc))
+        _finish(db, key, "failed", started, error=describe(exc))
         return "failed"
-    stored = db.put_artifact(key, blob, digest)
-    db.finish(key, "ready", settings.job_ttl_s, time.monotonic() - started, digest=digest, size=len(blob))
-    log.info("job %s ready: %d bytes%s", key[:12], len(blob), "" if stored else " (an identical key was already stored)")
+    stored, size = db.put_artifact(key, blob, digest), len(blob)
+    if not stored:  # another delivery of this job stored its bundle first: that one stands, so the job describes it
+        digest, size = db.artifact_digest(key) or digest, db.artifact_size(key)
+    _finish(db, key, "ready", started, digest=digest, size=size)
+    log.info("job %s ready: %d bytes%s", key[:12], len(blob),
+             "" if stored else " (already stored by another delivery: kept)")
     return "ready"
+
+
+def _finish(db: Store, key: str, state: str, started: float, **fields) -> None:
+    """Charges the compile's seconds to its team's budget (best effort; before the outcome shows, so a
+    client that sees it finished sees the budget spent), then records the outcome."""
+    seconds = time.monotonic() - started
+    try:
+        db.charge_compile_seconds(key, seconds)
+    except INFRA_ERRORS:
+        log.warning("job %s: could not charge %.1f compile seconds to its team", key[:12], seconds)
+    db.finish(key, state, get_settings().job_ttl_s, seconds, **fields)
 
 
 def _compile(key: str, graph_json: str, target: str, options_json: str, progress) -> tuple[bytes, str]:
@@ -115,18 +129,39 @@ def _compile(key: str, graph_json: str, target: str, options_json: str, progress
     import compiler
     from compiler.artifact import Artifact, digest_of
     from compiler.graph import parse_graph
+    from compiler.signing import sign_artifact
     from compiler.version import check_toolchain
 
     check_toolchain()
+    signing_key = _signing_key()
     graph = parse_graph(graph_json)  # stored graphs were validated, but a worker trusts nothing
     options = json.loads(options_json) if options_json else None
-    artifact = compiler.compile(graph, target, options, progress=progress, tuning_cache=StoreTuningCache(store()))
+    artifact = compiler.compile(graph, target, options, progress=progress, tuning_cache=StoreTuningCache(store()),
+                                limits=get_settings().work_limits())
+    sign_artifact(artifact, signing_key)
     blob = artifact.to_bytes()
     digest = digest_of(blob)
     manifest = Artifact.from_bytes(blob).manifest  # round-trips: well-formed, nothing missing
     if manifest.get("key") != key:
         raise RuntimeError(f"compiler produced an artifact keyed {manifest.get('key')!r}, the service expects {key}")
     return blob, digest
+
+
+_key_cache: dict = {}
+
+
+def _signing_key():
+    """The worker's Ed25519 key (FUSEWIRE_SIGNING_KEY_FILE), read once per process. Without one a
+    compile fails at once: clients refuse unsigned artifacts, so building one would waste the work."""
+    from compiler.signing import load_private_key
+
+    path = get_settings().signing_key_file
+    if path is None:
+        raise RuntimeError("this worker has no signing key: set FUSEWIRE_SIGNING_KEY_FILE to an Ed25519 key "
+                           "(`fusewire keygen`, docs/TRUST.md); clients refuse unsigned artifacts")
+    if path not in _key_cache:
+        _key_cache[path] = load_private_key(path)
+    return _key_cache[path]
 
 
 class StoreTuningCache:

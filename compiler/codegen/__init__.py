@@ -15,6 +15,7 @@ from compiler.codegen.group import assemble, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
 from compiler.dependencies import MemoryDep
+from compiler.gc_pause import paused_gc
 from compiler.indexing import RINDEX
 from compiler.options import CompileOptions
 from compiler.tiling import unit_steps
@@ -72,6 +73,7 @@ class Generated:
         return entries
 
 
+@paused_gc
 def generate(schedule: Schedule, target: str) -> Generated:
     dtypes = schedule.program.buffer_dtypes()
     kernels = [generate_kernel(step, schedule, dtypes, target)

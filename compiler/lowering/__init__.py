@@ -21,11 +21,14 @@ from typing import Any, Sequence
 
 import torch
 
+from compiler.bounds import LimitExceeded, WorkLimits, check_tensor
 from compiler.fx_import import ConversionError, constant_tensor, from_arg, from_fx, resolve_op
+from compiler.gc_pause import paused_gc
 from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import registry
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
+from compiler.lowering.memo import signature
 from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, padded_layout, viewed_by_outputs
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
 
@@ -38,10 +41,12 @@ _MAX_DECOMPOSITION_DEPTH = 6
 _TRACING_LOCK = threading.Lock()
 
 
-def lower(graph: Graph) -> Program:
-    """Lowers a validated wire graph to a Program of ComputeNodes and ExternNodes."""
+@paused_gc
+def lower(graph: Graph, limits: WorkLimits | None = None) -> Program:
+    """Lowers a validated wire graph to a Program of ComputeNodes and ExternNodes; raises
+    LimitExceeded at the first op whose output is over `limits` (compiler/bounds.py)."""
     program = Program(inputs=[], nodes=[], outputs=[], buffers={})
-    ctx = LoweringContext(program)
+    ctx = LoweringContext(program, limits=limits or WorkLimits())
     ctx.graph_outputs = viewed_by_outputs(graph)
     padded = matmul_operands(graph, ctx.graph_outputs)
     env: dict[str, Any] = {}
@@ -97,7 +102,7 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
             ctx.program.origin_ops[node.name] = node.target.split(".")[1]
         try:
             result = lower_call(ctx, node.target, args, kwargs, depth)
-        except (LoweringError, ConversionError):
+        except (LoweringError, ConversionError, LimitExceeded):
             raise
         except Exception as exc:  # a lowering bug must name the node, not crash anonymously
             raise LoweringError(f"node '{ctx.origin}' ({node.target}): {type(exc).__name__}: {exc}") from exc
@@ -110,19 +115,19 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
 
 def _count_users(graph: Graph) -> dict[str, int]:
     counts: dict[str, int] = {}
-
-    def visit(value: Any) -> None:
-        if isinstance(value, Ref):
-            counts[value.ref] = counts.get(value.ref, 0) + 1
-        elif isinstance(value, list):
-            for item in value:
-                visit(item)
-
     for node in graph.nodes:
-        visit(node.args)
-        visit(list(node.kwargs.values()))
-    visit(graph.outputs)
+        _count_refs(node.args, counts)
+        _count_refs(list(node.kwargs.values()), counts)
+    _count_refs(graph.outputs, counts)
     return counts
+
+
+def _count_refs(value: Any, counts: dict[str, int]) -> None:
+    if isinstance(value, Ref):
+        counts[value.ref] = counts.get(value.ref, 0) + 1
+    elif isinstance(value, list):
+        for item in value:
+            _count_refs(item, counts)
 
 
 def _finish(ctx: LoweringContext, result: Any, realize_all: bool, pad: list[int] | None = None) -> Any:
@@ -194,13 +199,22 @@ def _meta_outputs(ctx: LoweringContext, op: Any, args: list, kwargs: dict) -> li
     (e.g. native_layer_norm_backward's weight gradient when output_mask says False)."""
     if not op._schema.returns:  # a check such as _linalg_check_errors: an ATen call for its side effect
         return []
-    meta_args = [to_meta(a) for a in args]
-    meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
-    try:
-        out = op(*meta_args, **meta_kwargs)
-    except Exception as exc:
-        raise ctx.fail(f"{op} rejects these arguments: {exc}") from None
+    key = signature(op, args, kwargs)
+    if key is not None and ("meta", key) in ctx.memo:
+        out = ctx.memo["meta", key]
+    else:
+        meta_args = [to_meta(a) for a in args]
+        meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+        try:
+            out = op(*meta_args, **meta_kwargs)
+        except Exception as exc:
+            raise ctx.fail(f"{op} rejects these arguments: {exc}") from None
+        if key is not None:
+            ctx.memo["meta", key] = out
     flat = flatten_outputs(out)
+    for tensor in flat:
+        if isinstance(tensor, torch.Tensor):
+            check_tensor(tensor.shape, f"node '{ctx.origin}': the output of {op}", ctx.limits)
     # A plain number from a meta kernel depends on shapes only (meta tensors hold no data), as
     # flash attention's max_q does: it is a static value. A symbolic one is data-dependent.
     if not all(isinstance(t, (torch.Tensor, bool, int, float)) or t is None for t in flat) or \
@@ -347,6 +361,32 @@ def _returns_list(target: str) -> bool:
 
 
 def _try_decomposition(ctx: LoweringContext, op: Any, target: str, args: list, kwargs: dict, depth: int) -> Any:
+    key = signature(op, args, kwargs)
+    if key is not None and ("decomposition", key) in ctx.memo:
+        traced = ctx.memo["decomposition", key]
+    else:
+        traced = _traced_decomposition(ctx, op, target, args, kwargs)
+        if key is not None:
+            ctx.memo["decomposition", key] = traced
+    if traced is None:
+        return None
+    subgraph, present = traced
+    tensors, _ = _split_tensors(args, kwargs)
+    meta = ctx.out_meta
+    sub_env = {spec.name: t for spec, t in zip(subgraph.inputs, tensors)}
+    sub_env.update({spec.name: _lower_constant(ctx, spec, -1) for spec in subgraph.constants})
+    _lower_nodes(ctx, subgraph, sub_env, depth + 1)
+    ctx.out_meta = meta
+    found = iter(_resolve_ref(ref, sub_env) for ref in subgraph.outputs)
+    results = [next(found) if is_tensor else None for is_tensor in present]
+    is_single = len(meta) == 1 and not _returns_list(target)
+    return results[0] if is_single else tuple(results)
+
+
+def _traced_decomposition(ctx: LoweringContext, op: Any, target: str, args: list,
+                          kwargs: dict) -> tuple[Graph, list[bool]] | None:
+    """The op's decomposition traced into a wire graph over its tensor arguments, with which of
+    its outputs are tensors (not None); None when it has none usable."""
     decomposition = registry.decomposition_for(op)
     if decomposition is None:
         return None
@@ -373,15 +413,7 @@ def _try_decomposition(ctx: LoweringContext, op: Any, target: str, args: list, k
         return None
     if any(c.shape for c in subgraph.constants):  # only the top-level graph's constants travel in the artifact
         return None
-    meta = ctx.out_meta
-    sub_env = {spec.name: t for spec, t in zip(subgraph.inputs, tensors)}
-    sub_env.update({spec.name: _lower_constant(ctx, spec, -1) for spec in subgraph.constants})
-    _lower_nodes(ctx, subgraph, sub_env, depth + 1)
-    ctx.out_meta = meta
-    found = iter(_resolve_ref(ref, sub_env) for ref in subgraph.outputs)
-    results = [next(found) if is_tensor else None for is_tensor in present]
-    is_single = len(meta) == 1 and not _returns_list(target)
-    return results[0] if is_single else tuple(results)
+    return subgraph, present
 
 
 def _matches_meta(traced: torch.fx.GraphModule, expected: list[torch.Tensor]) -> bool:
@@ -409,25 +441,26 @@ def _as_wire_traceable(traced: Any) -> Any:
 def _split_tensors(args: list, kwargs: dict) -> tuple[list[TensorValue], Any]:
     """Pulls tensors out of (args, kwargs) and returns a function that puts replacements back."""
     tensors: list[TensorValue] = []
-
-    def pull(value: Any) -> Any:
-        if isinstance(value, TensorValue):
-            tensors.append(value)
-            return ("__tensor__", len(tensors) - 1)
-        if isinstance(value, (list, tuple)):
-            return [pull(v) for v in value]
-        return value
-
-    template = ([pull(a) for a in args], {k: pull(v) for k, v in kwargs.items()})
-
-    def push(value: Any, replacements: Sequence[Any]) -> Any:
-        if isinstance(value, tuple) and len(value) == 2 and value[0] == "__tensor__":
-            return replacements[value[1]]
-        if isinstance(value, list):
-            return [push(v, replacements) for v in value]
-        return value
+    template = ([_pull(a, tensors) for a in args], {k: _pull(v, tensors) for k, v in kwargs.items()})
 
     def rebuild(replacements: Sequence[Any]) -> tuple[list, dict]:
-        return [push(a, replacements) for a in template[0]], {k: push(v, replacements) for k, v in template[1].items()}
+        return [_push(a, replacements) for a in template[0]], {k: _push(v, replacements) for k, v in template[1].items()}
 
     return tensors, rebuild
+
+
+def _pull(value: Any, tensors: list[TensorValue]) -> Any:
+    if isinstance(value, TensorValue):
+        tensors.append(value)
+        return ("__tensor__", len(tensors) - 1)
+    if isinstance(value, (list, tuple)):
+        return [_pull(v, tensors) for v in value]
+    return value
+
+
+def _push(value: Any, replacements: Sequence[Any]) -> Any:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__tensor__":
+        return replacements[value[1]]
+    if isinstance(value, list):
+        return [_push(v, replacements) for v in value]
+    return value

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from compiler.bounds import WorkLimits
 from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store, TensorArg
 from compiler.lowering.values import StorageView, TensorValue, compute_dtype
 
@@ -34,6 +35,8 @@ class LoweringContext:
     out_meta: list[torch.Tensor] = field(default_factory=list)
     padded_copies: dict[tuple, StorageView] = field(default_factory=dict)  # lowering.padding.padded_operand
     graph_outputs: set[str] = field(default_factory=set)  # wire nodes that are graph outputs or viewed by one
+    limits: WorkLimits = field(default_factory=WorkLimits)  # every op's output is checked against them
+    memo: dict = field(default_factory=dict)  # meta outputs and decompositions by op signature (lowering/memo.py)
     _counter: Any = field(default_factory=itertools.count)
 
     # --- metadata of the node being lowered -----------------------------------------
@@ -97,19 +100,21 @@ class LoweringContext:
         view = self.realize(value)
         return TensorArg(view.buffer, view.layout)
 
+    def _extern_arg(self, value: Any) -> Any:
+        # a method, not a closure calling itself: that closure would be a reference cycle holding
+        # this context, and so the whole program, until the garbage collector next runs
+        if isinstance(value, TensorValue):
+            return self.tensor_arg(value)
+        if isinstance(value, (list, tuple)):
+            return [self._extern_arg(v) for v in value]
+        return value
+
     def extern(self, target: str, args: list[Any], kwargs: dict[str, Any], out_meta: Sequence[torch.Tensor | None],
                mutated: Sequence[StorageView] = ()) -> list[StorageView]:
         """An ATen call at run time; tensor arguments are realized first. One buffer per output
         that `out_meta` describes; a None there is an output the op leaves out (returns None for)."""
-        def convert(value: Any) -> Any:
-            if isinstance(value, TensorValue):
-                return self.tensor_arg(value)
-            if isinstance(value, (list, tuple)):
-                return [convert(v) for v in value]
-            return value
-
-        args = [convert(a) for a in args]
-        kwargs = {k: convert(v) for k, v in kwargs.items()}
+        args = [self._extern_arg(a) for a in args]
+        kwargs = {k: self._extern_arg(v) for k, v in kwargs.items()}
         outputs, positions = [], []
         for position, meta in enumerate(out_meta):
             if meta is None:

@@ -77,12 +77,14 @@ for _aten, _op in _UNARY.items():
 @register("aten.asin.default")
 def asin(ctx: LoweringContext, x: TensorValue) -> Lazy:
     """asin(x) = atan2(x, sqrt((1 - x)(1 + x))): the interpreter has atan2 but no asin."""
-    return elementwise(ctx, [x], lambda ops, a: ops.atan2(a, _sqrt_one_minus_square(ops, a, ctx.out_dtype)))
+    dtype = ctx.out_dtype  # read now: the body runs later, when ctx describes another node
+    return elementwise(ctx, [x], lambda ops, a: ops.atan2(a, _sqrt_one_minus_square(ops, a, dtype)))
 
 
 @register("aten.acos.default")
 def acos(ctx: LoweringContext, x: TensorValue) -> Lazy:
-    return elementwise(ctx, [x], lambda ops, a: ops.atan2(_sqrt_one_minus_square(ops, a, ctx.out_dtype), a))
+    dtype = ctx.out_dtype
+    return elementwise(ctx, [x], lambda ops, a: ops.atan2(_sqrt_one_minus_square(ops, a, dtype), a))
 
 
 def _sqrt_one_minus_square(ops: Any, a: Any, dtype: str) -> Any:
@@ -141,7 +143,8 @@ def div(ctx: LoweringContext, a: Operand, b: Operand) -> Lazy:
 
 @register("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def div_mode(ctx: LoweringContext, a: Operand, b: Operand, rounding_mode: str | None = None) -> Lazy:
-    is_float = ctx.out_dtype in ("float32", "float64", "bfloat16", "float16")
+    out = ctx.out_dtype  # read now: the bodies below run later, when ctx describes another node
+    is_float = out in ("float32", "float64", "bfloat16", "float16")
     if rounding_mode is None:
         return elementwise(ctx, [a, b], lambda ops, x, y: ops.truediv(x, y))
     if rounding_mode == "floor":
@@ -149,12 +152,12 @@ def div_mode(ctx: LoweringContext, a: Operand, b: Operand, rounding_mode: str | 
             return elementwise(ctx, [a, b], lambda ops, x, y: ops.floor(ops.truediv(x, y)))
         return elementwise(ctx, [a, b], lambda ops, x, y: ops.floordiv(x, y))
     if is_float:  # eager truncates the quotient rounded to the result dtype (bf16 / bf16 is a bf16)
-        return elementwise(ctx, [a, b], lambda ops, x, y: ops.trunc(ops.to_dtype(ops.truediv(x, y), ctx.out_dtype)))
+        return elementwise(ctx, [a, b], lambda ops, x, y: ops.trunc(ops.to_dtype(ops.truediv(x, y), out)))
     # integer truncation: floor division corrected towards zero
     return elementwise(ctx, [a, b], lambda ops, x, y: ops.where(
-        ops.logical_and(ops.ne(ops.remainder(x, y), ops.constant(0, ctx.out_dtype)),
-                        ops.ne(ops.lt(x, ops.constant(0, ctx.out_dtype)), ops.lt(y, ops.constant(0, ctx.out_dtype)))),
-        ops.add(ops.floordiv(x, y), ops.constant(1, ctx.out_dtype)), ops.floordiv(x, y)))
+        ops.logical_and(ops.ne(ops.remainder(x, y), ops.constant(0, out)),
+                        ops.ne(ops.lt(x, ops.constant(0, out)), ops.lt(y, ops.constant(0, out)))),
+        ops.add(ops.floordiv(x, y), ops.constant(1, out)), ops.floordiv(x, y)))
 
 
 @register("aten.floor_divide.default", "aten.floor_divide.Scalar")
@@ -353,7 +356,8 @@ def silu(ctx: LoweringContext, x: TensorValue) -> Lazy:
 
 @register("aten.gelu.default")
 def gelu(ctx: LoweringContext, x: TensorValue, approximate: str = "none") -> Lazy:
-    return elementwise(ctx, [x], lambda ops, a: gelu_value(ops, a, approximate, compute_dtype(ctx.out_dtype)))
+    dtype = compute_dtype(ctx.out_dtype)  # read now: the body runs later, when ctx describes another node
+    return elementwise(ctx, [x], lambda ops, a: gelu_value(ops, a, approximate, dtype))
 
 
 def gelu_value(ops: Any, a: Any, approximate: str, dtype: str) -> Any:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from redis.exceptions import RedisError
 
 from compiler.version import FUSEWIRE_VERSION
 from service.metrics import exposition
 from service.models import Health, Readiness
 
+log = logging.getLogger("fusewire.api")
 router = APIRouter(tags=["health"])
 
 
@@ -39,6 +42,14 @@ def readyz(request: Request):
     return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition format (without the metrics read from "
+                                            "Redis while it is unreachable)"}})
 def metrics(request: Request):
-    return Response(exposition(request.app.state.ctx.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+    try:
+        text = exposition(request.app.state.ctx.metrics_registry)
+    except RedisError as exc:  # the process's own counters (its 503s among them) matter most while Redis is away
+        log.warning("/metrics without the metrics read from Redis: %s", exc)
+        text = exposition(CollectorRegistry())
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

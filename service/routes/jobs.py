@@ -5,14 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Path, Request
 
 from service.auth import require_team
-from service.errors import ApiError
-from service.models import KEY_PATTERN, ErrorBody, JobStatus
+from service.errors import ApiError, error_responses
+from service.models import KEY_PATTERN, JobStatus
 
 router = APIRouter(tags=["jobs"])
 
 
 @router.get("/jobs/{key}", response_model=JobStatus, summary="State of a compile job",
-            responses={404: {"model": ErrorBody, "description": "no job and no artifact for this key"}})
+            responses=error_responses([401, 403, 404, 422, 503], {
+                404: "`not_found`: no job and no artifact for this key",
+                422: "`invalid_request`: the key is not 64 lowercase hex digits"}))
 def job_status(request: Request, key: str = Path(..., pattern=KEY_PATTERN), team: str = Depends(require_team)):
     store = request.app.state.ctx.store
     job = store.job(key)

@@ -12,31 +12,34 @@ from pydantic import ValidationError
 from compiler.graph import GraphValidationError, Graph, graph_to_json, key as graph_key, parse_graph, validate_target
 from compiler.options import CompileOptions
 from service.auth import require_team
-from service.errors import ApiError, location
-from service.metrics import ENQUEUED, HITS, MISSES
-from service.models import CompileRequest, ErrorBody, SubmitResponse
+from service.dashboard.outline import keep_outline
+from service.errors import ApiError, error_responses, location
+from service.metrics import ENQUEUED, HITS, MISSES, count_lookup
+from service.models import CompileRequest, SubmitResponse
 from worker.config import TASK_NAME, queue_for
 
 log = logging.getLogger("fusewire.api")
 router = APIRouter(tags=["compile"])
 
-ERRORS = {
-    400: {"model": ErrorBody, "description": "the body is not JSON"},
-    401: {"model": ErrorBody, "description": "no bearer token"},
-    403: {"model": ErrorBody, "description": "unknown token"},
-    413: {"model": ErrorBody, "description": "the body is over the size limit"},
-    422: {"model": ErrorBody, "description": "the graph, target or options are invalid; `where` says where"},
-    429: {"model": ErrorBody, "description": "the team's submission rate limit; see Retry-After"},
-    503: {"model": ErrorBody, "description": "Redis or the queue is unavailable"},
-}
+ERRORS = error_responses([400, 401, 403, 413, 422, 429, 503], {
+    422: "the graph, target, options or request fields are invalid: `invalid_graph` (a rule of the wire "
+         "format, schema WireGraph, including the rules its description lists), `over_limit` (a tensor the "
+         "graph sizes is over this service's limit), `invalid_target`, `invalid_options` or "
+         "`invalid_request`; `where` says where",
+    429: "`rate_limited` (the team's submissions per minute) or `compile_budget_exhausted` (the team's "
+         "compile seconds this hour; hits are still served)",
+    503: "`store_unavailable` (Redis) or `queue_unavailable` (the compile could not be enqueued)",
+})
+LOCATION = {"Location": {"description": "/jobs/{key}: poll it", "required": True, "schema": {"type": "string"}}}
 
 
 @router.post(
     "/compile",
     response_model=SubmitResponse,
     summary="Submit a graph to compile",
-    responses={200: {"description": "already compiled: fetch GET /artifacts/{key}"},
-               202: {"model": SubmitResponse, "description": "a job compiles it: poll GET /jobs/{key}"}, **ERRORS},
+    responses={200: {"description": "already compiled (`ready`): fetch GET /artifacts/{key}"},
+               202: {"model": SubmitResponse, "headers": LOCATION,
+                     "description": "a job compiles it (`queued` or `running`): poll GET /jobs/{key}"}, **ERRORS},
 )
 def submit(body: CompileRequest, request: Request, team: str = Depends(require_team)):
     """Idempotent: every submission of one key joins the same job; exactly one compile runs."""
@@ -48,20 +51,25 @@ def submit(body: CompileRequest, request: Request, team: str = Depends(require_t
         raise ApiError(429, "rate_limited", f"team '{team}' is over its limit of {limit} submissions per minute",
                        headers={"Retry-After": str(int(retry_after))})
     graph, target, options = _validate(body, settings.targets)
+    _check_literal_sizes(graph, settings)
     try:
         key = graph_key(graph, target, options)
     except (ValueError, TypeError, OverflowError) as exc:
         raise ApiError(422, "invalid_graph", f"graph: cannot be put in canonical form: {exc}", "graph") from None
     if ctx.store.has_artifact(key):
         HITS.labels("submit").inc()
+        count_lookup(ctx.store, "submit", hit=True)
         return SubmitResponse(key=key, state="ready")
     MISSES.labels("submit").inc()
+    count_lookup(ctx.store, "submit", hit=False)
+    _check_compile_budget(ctx, team, key)
     queue = queue_for(target)
     claim = ctx.store.claim(key, graph_to_json(graph), team=team, target=target, options_json=options.model_dump_json(),
                             queue=queue, stale_s=settings.job_stale_s, ttl_s=settings.job_ttl_s)
     if claim.state == "ready":
         return SubmitResponse(key=key, state="ready")
     if claim.state == "new":
+        keep_outline(ctx.store, key, graph, settings.job_ttl_s)  # the dashboard's picture of it
         try:
             ctx.celery.send_task(TASK_NAME, args=[key, claim.attempt], queue=queue)
         except OperationalError as exc:
@@ -74,6 +82,29 @@ def submit(body: CompileRequest, request: Request, team: str = Depends(require_t
     return JSONResponse({"key": key, "state": state}, status_code=202, headers={"Location": f"/jobs/{key}"})
 
 
+def _check_literal_sizes(graph: Graph, settings) -> None:
+    """422 for a tensor the graph itself says is over the limit (inputs, constants, literal sizes);
+    sizes known only after shape inference are checked by the worker (compiler/bounds.py)."""
+    from compiler.bounds import LimitExceeded, check_literal_sizes
+
+    try:
+        check_literal_sizes(graph, settings.work_limits())
+    except LimitExceeded as exc:
+        where = f"graph.{exc.where}" if exc.where else "graph"
+        raise ApiError(422, "over_limit", f"{where}: {exc.problem}", where) from None
+
+
+def _check_compile_budget(ctx, team: str, key: str) -> None:
+    """429 once the team's finished compiles took its budget of seconds this hour; joining a job
+    that is already queued or running costs nothing and is always allowed."""
+    budget = ctx.settings.compile_budget_for(team)
+    retry_after = ctx.store.over_compile_budget(team, budget)
+    if retry_after and (ctx.store.job(key) or {}).get("state") not in ("queued", "running"):
+        raise ApiError(429, "compile_budget_exhausted",
+                       f"team '{team}' has used its {budget:g} compile seconds for this hour; "
+                       "graphs already compiled are still served", headers={"Retry-After": str(int(retry_after))})
+
+
 def _validate(body: CompileRequest, allowed_targets: list[str] | None) -> tuple[Graph, str, CompileOptions]:
     try:
         target = validate_target(body.target)
@@ -83,7 +114,7 @@ def _validate(body: CompileRequest, allowed_targets: list[str] | None) -> tuple[
         raise ApiError(422, "invalid_target", f"target: this service compiles for {', '.join(allowed_targets)}, not '{target}'",
                        "target")
     try:
-        options = CompileOptions.model_validate(body.options or {})
+        options = CompileOptions.model_validate(_json_integers(body.options or {}), strict=True)  # no "1" for 1
     except ValidationError as exc:
         first = exc.errors()[0]
         where = location(("options", *first["loc"]))
@@ -96,3 +127,9 @@ def _validate(body: CompileRequest, allowed_targets: list[str] | None) -> tuple[
     except RecursionError:
         raise ApiError(422, "invalid_graph", "graph: arguments are nested too deeply", "graph") from None
     return graph, target, options
+
+
+def _json_integers(options: dict) -> dict:
+    """Options as their JSON Schema reads them: 64.0 is the integer 64; strings and booleans are no numbers."""
+    return {name: int(value) if isinstance(value, float) and value.is_integer() else value
+            for name, value in options.items()}

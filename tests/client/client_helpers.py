@@ -18,13 +18,23 @@ class ApiServer:
     def __init__(self, settings, log_path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        with open(log_path, "ab") as log:
+        self.settings, self.log_path = settings, log_path
+        self.start()
+
+    def start(self) -> None:
+        """Starts (again) on the same port; returns once /healthz answers."""
+        with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "uvicorn", "service.app:app", "--host", "127.0.0.1", "--port", str(self.port),
                  "--log-level", "warning"],
-                cwd=ROOT, env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT)
+                cwd=ROOT, env=settings_env(self.settings), stdout=log, stderr=subprocess.STDOUT)
         wait_for(self._up, 60, f"API on {self.url}")
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies mid-whatever, its connections reset."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
 
     def _up(self) -> bool:
         assert self.process.poll() is None, f"API exited:\n{self.log_path.read_text()[-3000:]}"

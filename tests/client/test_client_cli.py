@@ -36,7 +36,8 @@ def no_inputs_here(x):
 
 def fusewire(tmp_path, *args, url):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEWIRE_")}
-    env.update(PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", FUSEWIRE_URL=url, FUSEWIRE_TOKEN=TOKEN)
+    env.update(PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", FUSEWIRE_URL=url, FUSEWIRE_TOKEN=TOKEN,
+               FUSEWIRE_TRUSTED_KEYS_FILE=os.environ["FUSEWIRE_TRUSTED_KEYS_FILE"])  # the session workers' key
     return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=180)
 

@@ -25,13 +25,13 @@ def _target() -> str:
 
 
 @pytest.fixture(scope="module")
-def artifacts() -> dict[str, bytes]:
-    """Artifacts built on first use, one graph at a time."""
+def artifacts(signed) -> dict[str, bytes]:
+    """Artifacts built on first use, one graph at a time, signed as a worker signs them."""
     class Built(dict):
         def __missing__(self, name: str) -> bytes:
             # the defaults: autotuned, with benchmark-driven fusion, so every tuned and timed choice
             # (and timing itself, on random inputs) is checked against eager on the whole corpus
-            self[name] = compiler.compile(load_graph(name), _target()).to_bytes()
+            self[name] = signed(compiler.compile(load_graph(name), _target()))
             return self[name]
     return Built()
 

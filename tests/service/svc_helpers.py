@@ -6,6 +6,7 @@ Nothing here fakes Redis or Celery.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -59,22 +60,42 @@ def wait_for(check, timeout: float, what: str, interval: float = 0.1):
 
 
 class RedisServer:
-    def __init__(self, tmp: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
+    """A redis-server on a free port, data in `tmp`. With `aof=True` every write is appended and fsynced
+    (`--appendonly yes --appendfsync always`), so `kill()` loses nothing and `start()` (same port, same
+    folder) brings back everything from the AOF."""
+
+    def __init__(self, tmp: Path, aof: bool = False) -> None:
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
             pytest.skip("redis-server is not installed (scripts/bootstrap.sh installs it)")
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         tmp.mkdir(parents=True, exist_ok=True)
+        self.dir, self.aof = tmp, aof
         self.log = tmp / "redis.log"
+        self.start()
+
+    def start(self) -> None:
+        """Starts (again) on the same port and folder; returns once it answers PING (AOF loaded)."""
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.aof else ["--appendonly", "no"]
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(tmp), "--daemonize", "no", "--logfile", str(self.log)],
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence,
+             "--dir", str(self.dir), "--daemonize", "no", "--logfile", str(self.log)],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
         client = redis.Redis.from_url(self.url)
         wait_for(lambda: _pings(client), 10, "redis-server")
         client.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no final save (with `aof=True` every acknowledged write is on disk)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
 
     def stop(self) -> None:
         stop_process(self.process)
@@ -143,9 +164,20 @@ class Worker:
             pass
         self.process.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP the whole worker (main process and pool children): alive, silent, holding its task."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                os.killpg(self.process.pid, signal.SIGCONT)  # a paused worker must run to see its SIGTERM
+            except ProcessLookupError:
+                pass
             try:
                 self.process.wait(20)
             except subprocess.TimeoutExpired:
@@ -193,6 +225,41 @@ def wait_job(client, key: str, timeout: float = 90, states=("ready", "failed"), 
         return job if job.get("state") in states else None
 
     return wait_for(done, timeout, f"job {key[:12]} to reach {states}", interval=0.1)
+
+
+def store_problems(store: Store, settled: bool = True) -> list[str]:
+    """What breaks the store's promises, read straight from Redis (empty when all hold): every bundle
+    has its digest and matches it, no digest without its bundle; a ready job has its artifact (and the
+    digest it records is the stored one); a failed job says why; with `settled`, no job is still
+    queued or running."""
+    problems = []
+    r, base = store.redis, store.prefix + "artifact:"
+    for name in r.scan_iter(match=base + "*", count=1000):
+        rest = name.decode()[len(base):]
+        if rest.endswith(":digest"):
+            if not r.exists(base + rest[:-len(":digest")]):
+                problems.append(f"digest without its bundle: {rest}")
+            continue
+        blob, digest = r.mget(base + rest, base + rest + ":digest")
+        if digest is None or hashlib.sha256(blob).hexdigest() != digest.decode():
+            problems.append(f"bundle {rest[:12]} without a matching digest ({digest!r})")
+    for name in r.scan_iter(match=store.prefix + "job:*", count=1000):
+        key = name.decode()[len(store.prefix + "job:"):]
+        job = store.job(key) or {}
+        state = job.get("state")
+        if state == "ready":
+            stored = r.get(base + key + ":digest")
+            if stored is None:
+                problems.append(f"job {key[:12]} ready without an artifact")
+            elif job.get("digest") and job["digest"] != stored.decode():
+                problems.append(f"job {key[:12]} records digest {job['digest'][:12]}, "
+                                f"the stored one is {stored.decode()[:12]}")
+        elif state == "failed":
+            if not job.get("error"):
+                problems.append(f"job {key[:12]} failed without a reason")
+        elif settled or state not in ("queued", "running"):
+            problems.append(f"job {key[:12]} is {state!r} (stage {job.get('stage')!r})")
+    return problems
 
 
 @lru_cache(maxsize=1)

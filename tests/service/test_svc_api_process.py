@@ -29,4 +29,10 @@ def test_openapi_documents_the_routes(api):
     compile_responses = paths["/compile"]["post"]["responses"]
     assert {"200", "202", "400", "401", "403", "413", "422", "429"} <= set(compile_responses)
     assert "SubmitResponse" in spec["components"]["schemas"] and "JobStatus" in spec["components"]["schemas"]
+    for path, method in (("/compile", "post"), ("/jobs/{key}", "get"), ("/artifacts/{key}", "get")):
+        schema = paths[path][method]["responses"]["422"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (path, schema)
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+    graph = spec["components"]["schemas"]["WireGraph"]["properties"]
+    assert {"inputs", "nodes", "outputs", "constants"} <= set(graph)
     assert api.get("/docs").status_code == 200

@@ -14,18 +14,18 @@ from svc_helpers import AUTH, TestClient, make_app
 from service.store import CorruptArtifact
 
 
-def seed(store, payload: bytes = b"") -> tuple[str, bytes]:
+def seed(store, signed, payload: bytes = b"") -> tuple[str, bytes]:
     key = os.urandom(32).hex()
     artifact = Artifact(manifest={"format": 1, "key": key, "target": "cpu",
                                   "kernels": [{"name": "triton_fused_add_relu_0", "source": "k0.py"}]},
                         files={"k0.py": b"# kernel\n" + payload})
-    blob = artifact.to_bytes()
+    blob = signed(artifact)
     assert store.put_artifact(key, blob, digest_of(blob))
     return key, blob
 
 
-def test_get_and_head(api, store):
-    key, blob = seed(store)
+def test_get_and_head(api, store, signed):
+    key, blob = seed(store, signed)
     response = api.get(f"/artifacts/{key}", headers=AUTH)
     assert response.status_code == 200 and response.content == blob
     assert response.headers["etag"] == f'"{key}"'
@@ -38,8 +38,8 @@ def test_get_and_head(api, store):
     assert not_modified.status_code == 304 and not_modified.content == b""
 
 
-def test_artifacts_are_written_once(store):
-    key, blob = seed(store)
+def test_artifacts_are_written_once(store, signed):
+    key, blob = seed(store, signed)
     other = Artifact(manifest={"format": 1, "key": key, "kernels": []}).to_bytes()
     assert store.put_artifact(key, other, digest_of(other)) is False
     assert store.get_artifact(key) == (blob, digest_of(blob))
@@ -52,8 +52,8 @@ def test_a_blob_that_does_not_match_its_digest_is_never_stored(store):
     assert not store.has_artifact(key)
 
 
-def test_corrupt_stored_bytes_are_never_served(settings, store):
-    key, blob = seed(store)
+def test_corrupt_stored_bytes_are_never_served(settings, store, signed):
+    key, blob = seed(store, signed)
     store.redis.set(store.k("artifact", key), blob[:-10] + b"0123456789")  # bit rot / a bad hand edit
     with TestClient(make_app(settings)) as client:  # a fresh process cache
         response = client.get(f"/artifacts/{key}", headers=AUTH)
@@ -62,8 +62,8 @@ def test_corrupt_stored_bytes_are_never_served(settings, store):
     assert blob[:20] not in response.content
 
 
-def test_http_client_verifies_what_it_fetches(api, store):
-    key, blob = seed(store)
+def test_http_client_verifies_what_it_fetches(api, store, signed):
+    key, blob = seed(store, signed)
     client = FusewireClient("http://testserver", token="tok-alpha", http=api)
     assert client.exists(key)
     assert client.fetch_bytes(key) == blob
@@ -73,15 +73,15 @@ def test_http_client_verifies_what_it_fetches(api, store):
         client.fetch_bytes("0" * 64)
     assert missing.value.status == 404
     # an artifact stored under another key is refused by the client
-    wrong_key, wrong_blob = seed(store)
+    wrong_key, wrong_blob = seed(store, signed)
     forged = os.urandom(32).hex()
     store.put_artifact(forged, wrong_blob, digest_of(wrong_blob))
     with pytest.raises(ArtifactVerificationError):
         client.fetch_bytes(forged)
 
 
-def test_metrics_count_hits_misses_and_bytes(api, store):
-    key, blob = seed(store, os.urandom(1000))
+def test_metrics_count_hits_misses_and_bytes(api, store, signed):
+    key, blob = seed(store, signed, os.urandom(1000))
     before = _metric(api, "fusewire_artifact_bytes_served_total")
     api.get(f"/artifacts/{key}", headers=AUTH)
     api.get(f"/artifacts/{'0' * 64}", headers=AUTH)

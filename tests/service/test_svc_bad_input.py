@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from compiler.graph import Limits
 from svc_helpers import AUTH, make_graph
 
 
@@ -48,9 +49,9 @@ CASES = {
         mutate(lambda g: g.pop("nodes")), 422, "graph.nodes", "required"),
     "too many nodes": (
         mutate(lambda g: g.update(nodes=[
-            {"name": f"n{i}", "target": "aten.relu.default", "args": [{"ref": "x"}], "kwargs": {}} for i in range(20_001)],
+            {"name": f"n{i}", "target": "aten.relu.default", "args": [{"ref": "x"}], "kwargs": {}} for i in range(Limits().max_nodes + 1)],
             outputs=[{"ref": "n0"}])),
-        422, "graph.nodes", "over the limit of 20000"),
+        422, "graph.nodes", f"over the limit of {Limits().max_nodes}"),
     "constant bytes that do not match its shape": (
         mutate(lambda g: g.update(constants=[{"name": "c", "dtype": "float32", "shape": [5, 8], "data": "AAAAAA=="}])),
         422, "graph.constants[0] 'c'.data", "holds 4 bytes; shape [5, 8], strides [8, 1] and dtype float32 need 160"),

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from compiler.artifact import Artifact
 from svc_helpers import ROOT, compiler_problem, free_port, make_graph, wait_for
 
 
@@ -42,16 +43,22 @@ def leftovers(marker: str) -> list[str]:
 def test_up_status_compile_fetch_and_clean_stop(tmp_path):
     port = free_port()
     state_dir = tmp_path / "state"
+    config = tmp_path / "config"  # `up` trusts its dev key in XDG_CONFIG_HOME: never ~/.config in tests
     log = open(tmp_path / "up.stderr", "w")
     up = subprocess.Popen([sys.executable, "-m", "client.cli", "--json", "up", "--port", str(port),
                            "--state-dir", str(state_dir)],
-                          cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+                          cwd=ROOT, env=clean_env(XDG_CONFIG_HOME=str(config)), stdout=subprocess.PIPE,
+                          stderr=log, text=True, start_new_session=True)
     try:
         line = up.stdout.readline()
         assert line, f"fusewire up printed nothing: {(tmp_path / 'up.stderr').read_text()[-3000:]}"
         info = json.loads(line)
         assert info["url"] == f"http://127.0.0.1:{port}"
-        env = clean_env(FUSEWIRE_URL=info["url"])
+        assert info["trusted_in"] == str(config / "fusewire" / "trusted_keys")
+        trust = Path(info["trusted_in"])
+        assert info["key_id"] in trust.read_text() or trust.read_text().startswith("fusewire-ed25519 ")
+        assert Path(info["signing_key"]).stat().st_mode & 0o077 == 0
+        env = clean_env(FUSEWIRE_URL=info["url"], FUSEWIRE_TRUSTED_KEYS_FILE=str(trust))
 
         status = fusewire("--json", "status", env=env)
         assert status.returncode == 0, status.stdout + status.stderr
@@ -68,6 +75,11 @@ def test_up_status_compile_fetch_and_clean_stop(tmp_path):
             assert out.stat().st_size == result["bytes"] and result["kernels"]
             fetched = fusewire("fetch", result["key"], "-o", str(tmp_path / "again.fwa"), env=env)
             assert fetched.returncode == 0 and (tmp_path / "again.fwa").read_bytes() == out.read_bytes()
+            assert Artifact.from_bytes(out.read_bytes()).signature["key_id"] == info["key_id"]
+            untrusting = fusewire("fetch", result["key"], "-o", str(tmp_path / "no.fwa"),
+                                  env=clean_env(FUSEWIRE_URL=info["url"], XDG_CONFIG_HOME=str(tmp_path / "empty")))
+            assert untrusting.returncode == 1 and "no trusted keys are configured" in untrusting.stderr
+            assert not (tmp_path / "no.fwa").exists()
         else:
             assert compiled.returncode == 1 and "compile failed" in compiled.stderr, compiled.stderr
 
@@ -113,6 +125,35 @@ def test_compile_local_writes_an_artifact(tmp_path, needs_compiler):
     info = json.loads(result.stdout)
     artifact = Artifact.from_bytes((tmp_path / "g.fwa").read_bytes())
     assert artifact.key == info["key"] and len(info["kernels"]) == len(artifact.manifest["kernels"])
+    assert artifact.signature is None
+
+
+def test_keygen_then_a_locally_compiled_artifact_signed_with_it_loads(tmp_path, needs_compiler):
+    from client.runtime import load
+    from compiler.fx_import import random_inputs, run_eager
+    from compiler.graph import parse_graph
+    from compiler.signing import TrustedKeys
+
+    config = tmp_path / "config"
+    made = fusewire("--json", "keygen", "-o", str(tmp_path / "k.pem"), "--trust",
+                    env=clean_env(XDG_CONFIG_HOME=str(config)))
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    assert (tmp_path / "k.pem.pub").read_text().strip() == info["public"]
+    again = fusewire("keygen", "-o", str(tmp_path / "k.pem"))
+    assert again.returncode == 2 and "--force" in again.stderr  # never overwrites a key by accident
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps(make_graph(7)))
+    result = fusewire("compile", str(graph), "--local", "--sign-key", str(tmp_path / "k.pem"), "-o",
+                      str(tmp_path / "g.fwa"), timeout=300)
+    assert result.returncode == 0, result.stderr
+    trusted = TrustedKeys.from_env({"XDG_CONFIG_HOME": str(config)})
+    assert list(trusted.keys) == [info["key_id"]]
+    wire = parse_graph(graph.read_bytes())
+    inputs = random_inputs(wire, seed=0)
+    got = load((tmp_path / "g.fwa").read_bytes(), tmp_path / "cache", trusted)(*inputs)
+    for g, w in zip(got, run_eager(wire, inputs)):
+        assert (g - w).abs().max() < 1e-5
 
 
 def test_explain_prints_fusion_decisions(tmp_path, needs_compiler):

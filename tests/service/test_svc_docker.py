@@ -19,6 +19,8 @@ def test_compose_services_reference_real_entry_points():
         env = services[name]["environment"]
         assert env["FUSEWIRE_REDIS_URL"].startswith("redis://redis:")
         assert "redis" in services[name]["depends_on"]
+    signing = services["worker"]["environment"]["FUSEWIRE_SIGNING_KEY_FILE"]
+    assert signing == f"/run/secrets/{services['worker']['secrets'][0]}" and services["worker"]["secrets"][0] in compose["secrets"]
     gpu = services["worker"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["driver"] == "nvidia" and "gpu" in gpu["capabilities"]
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from svc_helpers import AUTH, TestClient, RedisServer, Worker, compiler_problem, make_app, make_graph, wait_for, wait_job
+from svc_helpers import (AUTH, TestClient, RedisServer, Worker, compiler_problem, make_app, make_graph, store_problems,
+                         wait_for, wait_job)
 from service.store import Store
 from worker.tasks import TEST_DELAY_ENV
 
@@ -86,6 +87,7 @@ def test_killed_worker_mid_compile_is_redelivered_and_finished_elsewhere(setting
             if compiler_problem() is None:
                 assert job["state"] == "ready", job
                 assert api.get(f"/artifacts/{key}", headers=AUTH).status_code == 200
+                assert store_problems(store) == []  # bundle with its matching digest, nothing half-written
             assert rescuer.alive()
     finally:
         slow.stop()
