@@ -187,20 +187,15 @@ def capture(family: str, nodes: int) -> Graph:
 # ---------------------------------------------------------------------------------
 
 
-def timed_compile(graph: Graph, target: str, profile: Path | None, gc_paused: bool) -> tuple[float, dict[str, float], object]:
+def timed_compile(graph: Graph, target: str, profile: Path | None) -> tuple[float, dict[str, float], object]:
     marks: list[tuple[str, float]] = []
     progress = lambda stage, fraction: marks.append((stage, time.perf_counter()))  # noqa: E731
     profiler = cProfile.Profile() if profile else None
-    run = compiler.compile
-    if gc_paused:
-        from compiler.gc_pause import paused_gc
-
-        run = paused_gc(compiler.compile)
     gc.collect()  # capturing the graph left garbage; a worker's heap starts a compile without it
     start = time.perf_counter()
     if profiler:
         profiler.enable()
-    artifact = run(graph, target, OPTIONS, progress=progress)
+    artifact = compiler.compile(graph, target, OPTIONS, progress=progress)
     if profiler:
         profiler.disable()
         profiler.dump_stats(str(profile))
@@ -210,7 +205,7 @@ def timed_compile(graph: Graph, target: str, profile: Path | None, gc_paused: bo
     return total, stages, artifact
 
 
-def measure(family: str, size: int, target: str, profile_dir: Path | None, gc_paused: bool = False) -> dict:
+def measure(family: str, size: int, target: str, profile_dir: Path | None) -> dict:
     start = time.perf_counter()
     graph = capture(family, size)
     capture_s = time.perf_counter() - start
@@ -219,10 +214,10 @@ def measure(family: str, size: int, target: str, profile_dir: Path | None, gc_pa
     graph = parse_graph(text)
     parse_s = time.perf_counter() - start
     profile = profile_dir / f"{family}-{len(graph.nodes)}-{target.replace(':', '_')}.prof" if profile_dir else None
-    total, stages, artifact = timed_compile(graph, target, profile, gc_paused)
+    total, stages, artifact = timed_compile(graph, target, profile)
     return {"family": family, "target": target, "nodes": len(graph.nodes), "json_mb": round(len(text) / 2**20, 2),
             "capture_s": round(capture_s, 2), "parse_s": round(parse_s, 3), "compile_s": round(total, 2),
-            "stages": stages, "kernels": len(artifact.manifest["kernels"])} | ({"gc_paused": True} if gc_paused else {})
+            "stages": stages, "kernels": len(artifact.manifest["kernels"])}
 
 
 def per_doubling(rows: list[dict]) -> None:
@@ -237,16 +232,13 @@ def per_doubling(rows: list[dict]) -> None:
         previous[key] = row
 
 
-def measure_in_child(family: str, size: int, target: str, profile_dir: Path | None, repeat: int,
-                     gc_paused: bool) -> dict:
+def measure_in_child(family: str, size: int, target: str, profile_dir: Path | None, repeat: int) -> dict:
     """`measure` in a fresh interpreter, `repeat` times, the fastest kept (other work on the machine
     only ever adds time): no size inherits the compiler's caches (simplified index expressions,
     loop mappings) from the sizes before it, nor their memory."""
     command = [sys.executable, __file__, "--one", f"{family}:{size}:{target}"]
     if profile_dir:
         command += ["--profile", str(profile_dir)]
-    if gc_paused:
-        command.append("--gc-paused-compile")
     rows = []
     for _ in range(repeat):
         done = subprocess.run(command, capture_output=True, text=True)
@@ -267,23 +259,20 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="directory for one cProfile dump per compile")
     parser.add_argument("--repeat", type=int, default=1, help="compiles per size (fresh processes), the fastest kept")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--gc-paused-compile", action="store_true",
-                        help="the whole compile with the garbage collector paused (compiler.gc_pause.paused_gc), "
-                             "not only the stages that pause it themselves")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # family:size:target, measured in this process
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     if args.one:
         family, size, target = args.one.split(":", 2)
-        print(json.dumps(measure(family, int(size), target, args.profile, args.gc_paused_compile)))
+        print(json.dumps(measure(family, int(size), target, args.profile)))
         return
     runs = [(f, int(s), args.target) for f in args.families.split(",") for s in args.sizes.split(",") if s]
     runs += [(f, int(s), "cuda:sm_90") for f in args.cuda_families.split(",") for s in args.cuda_sizes.split(",") if s]
     rows = []
     for family, size, target in runs:
         try:
-            row = measure_in_child(family, size, target, args.profile, args.repeat, args.gc_paused_compile)
+            row = measure_in_child(family, size, target, args.profile, args.repeat)
         except Exception as exc:  # one size's failure is a result too; the rest still run
             row = {"family": family, "target": target, "size": size, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
         rows.append(row)

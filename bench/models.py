@@ -19,7 +19,8 @@ Per mode:
   gpu_ms         GPU time of one step's kernels, summed (torch.profiler)
   host_ms        median CPU time to issue one step (no synchronization until it has returned)
   top_kernels    the step's kernels with the most GPU time: name, ms per step, launches
-  peak_gib       peak GPU memory allocated (torch.cuda.max_memory_allocated)
+  peak_gib       peak GPU memory allocated over the whole mode (torch.cuda.max_memory_allocated)
+  steady_peak_gib  the same over the timed steps only (no compiles, no CUDA-graph captures)
   fallbacks      graphs that ran eagerly (fusewire; on_error="raise" makes any fallback an error)
   loss           the first step's loss, a sanity check that the modes compute the same thing
 """
@@ -27,6 +28,7 @@ Per mode:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -109,13 +111,16 @@ def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str 
         row["hit_stats"] = dict(hit.stats)
     for _ in range(3):
         one_step(runner, name, model, batch)
+    warm_peak = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()  # the timed steps' own peak: the steady state, without compiles and captures
     times = [timed(lambda: one_step(runner, name, model, batch))[0] * 1e3 for _ in range(steps)]
+    row["steady_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     row["step_ms"] = statistics.median(times)
     row["host_ms"] = statistics.median(host_time_ms(lambda: one_step(runner, name, model, batch)) for _ in range(5))
     row.update(profile_kernels(lambda: one_step(runner, name, model, batch)))
     if cprofile:
         row["host_profile"] = host_profile(lambda: one_step(runner, name, model, batch))
-    row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    row["peak_gib"] = max(warm_peak, torch.cuda.max_memory_allocated()) / 2**30
     if backend is not None:
         row["hit_stats"], row["uncaptured"] = dict(hit.stats), dict(hit.uncaptured)
     torch._dynamo.reset()
@@ -166,6 +171,7 @@ def main() -> None:
                     row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                gc.collect()  # the mode's graphs and CUDA-graph pools go before the next mode's peak is measured
                 torch.cuda.empty_cache()
     finally:
         if stack is not None:

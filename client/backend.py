@@ -164,6 +164,7 @@ class Backend:
         self.stats: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
         self.uncaptured: dict[str, str] = {}
+        self.capture_groups: dict[torch.device, Any] = {}  # CUDA-graph mode: one shared pool per device
         self._http = None
         self._unreachable: tuple[float, str] | None = None  # (monotonic time, reason)
 
@@ -344,14 +345,15 @@ class GraphFunction:
 
     def _graphed(self, runner: Any, inputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> Any:
         """CUDA-graph mode: the runner wrapped to capture and replay its launches (CUDA tensors only)."""
-        from client.cudagraphs import GraphedRunner, mutated_inputs
+        from client.cudagraphs import CaptureGroup, GraphedRunner, mutated_inputs
 
         if not tensors or any(t.device.type != "cuda" for t in tensors):
             self._uncaptured("its inputs are not all CUDA tensors")
             return runner
         positions = {i: n for n, i in enumerate(i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor))}
         mutated = {positions[i] for i in mutated_inputs(self.gm) if i in positions}
-        return GraphedRunner(runner, mutated, self._uncaptured, self._count)
+        group = self.backend.capture_groups.setdefault(tensors[0].device, CaptureGroup())
+        return GraphedRunner(runner, mutated, self._uncaptured, self._count, group)
 
     def _uncaptured(self, reason: str) -> None:
         self.backend.uncaptured[self.name] = reason

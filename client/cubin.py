@@ -44,15 +44,16 @@ class CubinKernel:
         if major * 10 + minor != arch:
             raise RuntimeError(f"kernel {name} was built for sm_{arch}, this GPU is sm_{major}{minor}")
 
-    def launcher(self, grid: tuple[int, int, int]) -> Callable[..., None]:
-        """`launch(stream, *pointers)` runs the kernel on `grid`."""
+    def launcher(self, grid: tuple[int, int, int], use_hooks: bool = True) -> Callable[..., None]:
+        """`launch(stream, *pointers)` runs the kernel on `grid`; through Triton's launch hooks when some
+        are installed (a profiler's), unless `use_hooks` is False."""
         from triton import knobs
         from triton.runtime import _allocation
 
         compiled, constants = self.compiled, self.constants
         compiled._init_handles()
         run = compiled.run  # Triton's CudaLauncher for this kernel
-        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+        if use_hooks and (_active(knobs.runtime.launch_enter_hook) or _active(knobs.runtime.launch_exit_hook)):
             def launch_hooked(stream: int, *pointers: torch.Tensor) -> None:  # a profiler hook wants its metadata
                 compiled[grid](*pointers, *constants, stream=stream)
             return launch_hooked
@@ -76,3 +77,8 @@ class CubinKernel:
                                       _allocation._profile_allocator, stream)
             c_launch(x, y, z, stream, *head, global_scratch, profile_scratch, *tail, *pointers, *constants)
         return launch_with_scratch
+
+
+def _active(hook: Any) -> bool:
+    """Whether a Triton launch hook would do anything: Triton 3.6 keeps a HookChain, empty by default."""
+    return hook is not None and bool(getattr(hook, "calls", True))

@@ -232,7 +232,7 @@ def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
 
     entry = {"name": kernel.name, "cubin_metadata": kernel.cubin_metadata}
     grid = tuple(launch_grid(kernel.numel, kernel.rnumel, kernel.config))
-    launch = CubinKernel(entry, kernel.cubin).launcher(grid)
+    launch = CubinKernel(entry, kernel.cubin).launcher(grid, use_hooks=False)
     sets = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
     stream = torch.cuda.current_stream().cuda_stream
 
