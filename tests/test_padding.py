@@ -156,17 +156,60 @@ def test_a_product_that_is_an_output_keeps_its_shape(monkeypatch):
 
     monkeypatch.setattr(padding, "PAD_MIN_WORK", 1000)
     monkeypatch.setattr(padding, "COPY_MIN_DIM", 4)
-    a, b = torch.randn(3, 19, 33), torch.randn(3, 33, 13)
-
     def fn(a, b):
         return (torch.bmm(a * 2, b),)
 
-    graph, program = lowered(fn, a, b)
-    bmm = next(n for n in program.nodes if hasattr(n, "target"))
-    assert [arg.layout.size for arg in bmm.tensor_args()] == [(3, 19, 36), (3, 36, 13)]  # K only
-    out = load(compile(graph, "cpu"))(a, b)[0]
-    assert out.shape == (3, 19, 13) and out.is_contiguous()
-    torch.testing.assert_close(out, fn(a, b)[0])
+    # N misaligned: the product is padded and copied into the dense output; N aligned: K only,
+    # the output is ATen's own result (a copy would buy nothing)
+    for n, padded in ((13, [(3, 20, 36), (3, 36, 16)]), (16, [(3, 19, 36), (3, 36, 16)])):
+        a, b = torch.randn(3, 19, 33), torch.randn(3, 33, n)
+        graph, program = lowered(fn, a, b)
+        bmm = next(n for n in program.nodes if hasattr(n, "target"))
+        assert [arg.layout.size for arg in bmm.tensor_args()] == padded
+        out = load(compile(graph, "cpu"))(a, b)[0]
+        assert out.shape == (3, 19, n) and out.is_contiguous()
+        torch.testing.assert_close(out, fn(a, b)[0])
+
+
+@pytest.mark.parametrize("bias_shape", [(13,), (1, 13), (19, 13), (19, 1)])
+def test_addmm_is_padded_with_its_bias_and_stays_one_call(monkeypatch, bias_shape):
+    import compiler.lowering.padding as padding
+
+    monkeypatch.setattr(padding, "PAD_MIN_WORK", 1000)
+    monkeypatch.setattr(padding, "COPY_MIN_DIM", 4)
+    bias, a, w = torch.randn(bias_shape), torch.randn(19, 33), torch.randn(13, 33)
+
+    def fn(bias, a, w):
+        return (torch.addmm(bias, a * 2, w.t(), beta=0.5, alpha=1.5).relu(),)
+
+    graph, program = lowered(fn, bias, a, w)
+    (addmm,) = [n for n in program.nodes if getattr(n, "target", "") == "aten.addmm.default"]
+    sizes = [arg.layout.size for arg in addmm.tensor_args()]
+    assert sizes[1:] == [(20, 36), (36, 16)]
+    assert sizes[0] == tuple(16 if d == 13 else 20 if d == 19 else d for d in bias_shape)
+    torch.testing.assert_close(load(compile(graph, "cpu"))(bias, a, w)[0], fn(bias, a, w)[0])
+
+
+def test_a_padded_product_that_is_an_output_is_copied_with_eager_strides(monkeypatch):
+    # BERT's logits: addmm(bias[30522], x, W.t()) returned to the caller; N is misaligned, so the
+    # product is computed padded and copied into the dense output the caller expects
+    import compiler.lowering.padding as padding
+
+    monkeypatch.setattr(padding, "PAD_MIN_WORK", 1000)
+    monkeypatch.setattr(padding, "COPY_MIN_DIM", 4)
+    bias, x, w = torch.randn(37), torch.randn(2, 24, 64), torch.randn(37, 64)
+
+    def fn(bias, x, w):
+        logits = torch.addmm(bias, x.view(-1, 64), w.t()).view(2, 24, 37)
+        return (logits, torch.log_softmax(logits.float(), -1))
+
+    graph, program = lowered(fn, bias, x, w)
+    (addmm,) = [n for n in program.nodes if getattr(n, "target", "") == "aten.addmm.default"]
+    assert [arg.layout.size for arg in addmm.tensor_args()][2] == (64, 40)
+    got = load(compile(graph, "cpu"))(bias, x, w)
+    assert got[0].shape == (2, 24, 37) and got[0].stride() == (888, 37, 1)
+    for a, b in zip(got, fn(bias, x, w)):
+        torch.testing.assert_close(a, b)
 
 
 def test_small_and_aligned_operands_are_never_copied():

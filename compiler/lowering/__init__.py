@@ -340,12 +340,17 @@ def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated
 
 
 def _padded_product(ctx: LoweringContext, target: str, args: list, kwargs: dict, meta: torch.Tensor,
-                    corner: tuple[int, int]) -> StorageView:
+                    corner: tuple[int, int]) -> TensorValue:
+    """The product of zero-padded operands, read as its corner; copied densely when it is a graph output
+    (the caller gets eager's strides), else a view of the padded buffer."""
     first, second = MATMUL_OPS[target.split(".")[1]]
     size = (*args[first].size[:-1], args[second].size[-1])
     (whole,) = ctx.extern(target, args, kwargs, [torch.empty(size, dtype=meta.dtype, device="meta")])
     layout = whole.layout
-    return StorageView(whole.buffer, Layout((*size[:-2], *corner), layout.stride, layout.offset, layout.dtype))
+    view = StorageView(whole.buffer, Layout((*size[:-2], *corner), layout.stride, layout.offset, layout.dtype))
+    if ctx.origin in ctx.graph_outputs:
+        return Lazy(view.size, view.dtype, view.load)
+    return view
 
 
 def _returns_its_input(target: str) -> bool:

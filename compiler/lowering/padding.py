@@ -134,22 +134,43 @@ def padded_layout(layout: Layout) -> Layout:
 def pad_matmul(ctx: "LoweringContext", target: str, args: list) -> tuple[list, tuple[int, int] | None]:
     """A matmul's arguments with operands cuBLAS reads fast, and the (rows, columns) to slice its
     result back to (None: no slice). Like Inductor's `pad_mm`, without the timing: when the product
-    is big, dims that are not multiples of 16 bytes are zero-padded (K always: the product is
-    unchanged; M and N only when the result is no graph output, since the caller would see its
-    strides); otherwise operands only get aligned rows (`padded_operand`)."""
-    first, second = MATMUL_OPS[target.split(".")[1]]
+    is big, dims that are not multiples of 16 bytes are zero-padded (K: the product is unchanged;
+    M and N: the result is read as the corner of a padded product, and `addmm`'s bias is padded
+    with it, so it stays one cuBLAS call with its bias epilogue); otherwise operands only get
+    aligned rows (`padded_operand`). A sliced product that is a graph output is copied densely by
+    the caller (callers get the strides eager gives)."""
+    op = target.split(".")[1]
+    first, second = MATMUL_OPS[op]
     a, b = ctx.realize(args[first]), ctx.realize(args[second])
     *batch, m, k = a.size
     n = b.size[-1]
     unit = MIN_ALIGN_BYTES // ITEMSIZES[a.dtype]
     big = math.prod(batch) * m * n * k >= PAD_MIN_WORK and min(m, n, k) >= COPY_MIN_DIM
     padded_k = _round_up(k, unit) if big else k
-    free = big and ctx.origin not in ctx.graph_outputs and target.split(".")[1] in ("mm", "bmm")
-    padded_m, padded_n = (_round_up(m, unit), _round_up(n, unit)) if free else (m, n)
+    # a graph output is copied densely after a padded product: worth it only for the output's own rows
+    slice_result = big and (n % unit or ctx.origin not in ctx.graph_outputs)
+    padded_m, padded_n = (_round_up(m, unit), _round_up(n, unit)) if slice_result else (m, n)
     new = list(args)
     new[first] = padded_operand(ctx, a, (*batch, padded_m, padded_k))
     new[second] = padded_operand(ctx, b, (*batch, padded_k, padded_n))
-    return new, (m, n) if (padded_m, padded_n) != (m, n) else None
+    if (padded_m, padded_n) == (m, n):
+        return new, None
+    if first == 1:  # addmm / baddbmm: the added tensor grows with the product
+        new[0] = padded_addend(ctx, args[0], (*batch, m, n), (*batch, padded_m, padded_n))
+    return new, (m, n)
+
+
+def padded_addend(ctx: "LoweringContext", value: "TensorValue", size: tuple[int, ...],
+                  padded: tuple[int, ...]) -> "TensorValue":
+    """`addmm`'s input (broadcast to the product's `size`), zero-padded where its dims are the
+    product's own (a bias of N grows to the padded N; broadcast dims of 1 stay)."""
+    view = ctx.realize(value)
+    offset = len(size) - len(view.size)
+    grown = tuple(p if s == size[offset + d] and s != p else s
+                  for d, (s, p) in enumerate(zip(view.size, padded[offset:])))
+    if grown == view.size:
+        return view
+    return ctx.realize(_zero_filled(view, grown))
 
 
 def _round_up(size: int, unit: int) -> int:
@@ -184,7 +205,7 @@ def padded_operand(ctx: "LoweringContext", value: "TensorValue", sizes: tuple[in
     return StorageView(copy.buffer, Layout(tuple(sizes), tuple(stride), 0, layout.dtype))
 
 
-def _zero_filled(source: "StorageView", size: tuple[int, ...]) -> "Lazy":
+def _zero_filled(source: "TensorValue", size: tuple[int, ...]) -> "Lazy":
     from compiler.lowering.values import Lazy, compute_dtype
 
     dtype = compute_dtype(source.dtype)
