@@ -137,6 +137,21 @@ _SHARED: dict[str, "Backend"] = {}
 # by the forward); "min_cut": the min-cut rematerialization partitioner Inductor uses (cheap pointwise
 # work recomputed in the backward instead of saved and re-read)
 PARTITIONERS = ("default", "min_cut")
+# Decomposed (torch._decomp) before a min-cut partition, so the partitioner sees their pointwise
+# parts and can recompute them: a cross-entropy then hands the backward its bf16 logits and two
+# numbers per row instead of fp32 log-probabilities (bench/partition_bytes.py measures it).
+MIN_CUT_DECOMPOSED = ("_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
+                      "nll_loss_forward", "nll_loss_backward", "detach")
+
+
+def partition_options(partitioner: str) -> dict[str, Any]:
+    """aot_autograd's keyword arguments for a partitioner of PARTITIONERS."""
+    if partitioner == "default":
+        return {}
+    from torch._decomp import get_decompositions
+
+    table = get_decompositions([getattr(torch.ops.aten, name) for name in MIN_CUT_DECOMPOSED])
+    return {"partition_fn": _min_cut_partition, "decompositions": table}
 
 
 def _min_cut_partition(joint, joint_inputs, **kwargs: Any):
@@ -172,7 +187,7 @@ class Backend:
         from torch._dynamo.backends.common import aot_autograd
 
         # a new AotAutograd each time: it rewrites its own kwargs when called
-        split = {} if self.settings.partitioner == "default" else {"partition_fn": _min_cut_partition}
+        split = partition_options(self.settings.partitioner)
         return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_graph, **split)(gm, example_inputs)
 
     def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> "GraphFunction":
