@@ -1,15 +1,19 @@
-"""Kernel benchmark on a GPU: eager PyTorch, torch.compile (Inductor) and fusewire on
-the corpus's functions at training sizes (fusewire autotuned and with benchmark-driven fusion
-unless --no-autotune / --no-benchmark-fusion).
+"""Kernel benchmark on a GPU: eager PyTorch, torch.compile (Inductor) and fusewire on two case
+sets (fusewire autotuned and with benchmark-driven fusion unless --no-autotune / --no-benchmark-fusion):
 
-For each case: fusewire compiles the captured graph for this GPU's arch (cubins built
-ahead of time, launched without the Triton compiler), checks the result against eager
-(relative error in float64), then all three are timed as CUDA-graph replays (so host
-launch overhead is out of the numbers) with triton.testing.do_bench's median.
-Achieved GB/s counts the fewest bytes the graph must move (each input read once, each
-output written once); %copy compares it with a measured device-to-device copy.
+- `--set corpus` (the default): ten functions picked by hand, at training sizes;
+- `--set models`: the kernel groups of real models' training graphs (bench/cases, written by
+  bench/model_cases.py), each a standalone wire graph; eager and Inductor run it rebuilt as an
+  fx module of the same ATen calls (compiler.fx_import.to_fx).
 
-    python bench/kernels.py [--cases softmax,layer_norm] [--json out.json]
+For each case: fusewire compiles the graph for this GPU's arch (cubins built ahead of time,
+launched without the Triton compiler), checks the result against eager (relative error in
+float64), then all three are timed as CUDA-graph replays (so host launch overhead is out of the
+numbers) with triton.testing.do_bench's median. Achieved GB/s counts the fewest bytes the graph
+must move (each input read once, each output written once; for model cases the count in the
+case file's header); %copy compares it with a measured device-to-device copy.
+
+    python bench/kernels.py [--set corpus|models] [--cases softmax,layer_norm] [--json out.json]
 """
 
 from __future__ import annotations
@@ -17,12 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python bench/kernels.py` from anywhere: compiler/, client/, bench/ importable
+    sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from bench.case_cutting import Case as ModelCase
 
 BF16 = torch.bfloat16
 
@@ -136,48 +149,79 @@ def tensor_bytes(tensors) -> int:
 
 
 def relative_error(ours: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
+    """The worst ‖ours − ref‖ / ‖ref‖ over the outputs, in float64, on the elements where ref is
+    finite; where ref is NaN or ±inf ours must be the same, else the error is inf."""
     worst = 0.0
     for a, b in zip(ours, ref):
         a, b = a.double(), b.double()
-        if b.dtype.is_floating_point:
-            worst = max(worst, ((a - b).norm() / max(b.norm().item(), 1e-30)).item())
-        else:
-            worst = max(worst, float((a != b).any()))
+        finite = torch.isfinite(b)
+        if not torch.equal(torch.isnan(a), torch.isnan(b)) or not torch.equal(a[torch.isinf(b)], b[torch.isinf(b)]):
+            return math.inf
+        a, b = a[finite], b[finite]
+        worst = max(worst, ((a - b).norm() / max(b.norm().item(), 1e-30)).item())
     return worst
 
 
-def run_case(case: Case, target: str, copy_gbs: float, with_inductor: bool, autotune: bool = True,
-             benchmark_fusion: bool = True) -> dict:
-    import compiler
-    from client.runtime import load
+@dataclass
+class Settings:
+    """How every case of a run is compiled and timed."""
+
+    target: str
+    copy_gbs: float
+    with_inductor: bool = True
+    autotune: bool = True
+    benchmark_fusion: bool = True
+
+
+def run_case(case: Case, settings: Settings) -> dict:
+    """A corpus case: its function captured with make_fx, bytes counted from its tensors."""
     from compiler.fx_import import from_fx
     from torch.fx.experimental.proxy_tensor import make_fx
 
     inputs = case.make_inputs()
     graph = from_fx(make_fx(case.fn)(*inputs), inputs)
+    reference = _flatten(case.fn(*inputs))
+    return measure(case.name, graph, case.fn, inputs, tensor_bytes(inputs) + tensor_bytes(reference), settings)
+
+
+def run_model_case(case: "ModelCase", settings: Settings) -> dict:
+    """A case of bench/cases: its wire graph, rebuilt as an fx module for eager and Inductor, on
+    random inputs in the case's value ranges; bytes from its header."""
+    from bench.model_cases import case_inputs
+    from compiler.fx_import import to_fx
+
+    device = "cpu" if settings.target == "cpu" else "cuda"
+    inputs = case_inputs(case, seed=0, device=device)
+    return measure(case.name, case.graph, to_fx(case.graph, device), inputs, case.moved_bytes, settings)
+
+
+def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: int, settings: Settings) -> dict:
+    """Compiles `graph` with fusewire, checks it against `fn` (eager), times eager, fusewire and
+    (unless settings say not) Inductor's torch.compile(fn) on the same inputs."""
+    import compiler
+    from client.runtime import load
+
     started = time.perf_counter()
-    artifact = compiler.compile(graph, target, {"autotune": autotune, "benchmark_fusion": benchmark_fusion})
+    artifact = compiler.compile(graph, settings.target, {"autotune": settings.autotune,
+                                                         "benchmark_fusion": settings.benchmark_fusion})
     compile_s = time.perf_counter() - started
     run = load(artifact)
-    ours = run(*inputs)
-    reference = [t for t in _flatten(case.fn(*inputs))]
-    error = relative_error(ours, reference)
-    moved = tensor_bytes(inputs) + tensor_bytes(reference)
-    row = {"case": case.name, "kernels": len(artifact.manifest["kernels"]), "compile_s": round(compile_s, 2),
+    error = relative_error(run(*inputs), _flatten(fn(*inputs)))
+    row = {"case": name, "kernels": len(artifact.manifest["kernels"]), "compile_s": round(compile_s, 2),
            "rel_error": error, "bytes": moved,
            "benchmarked": [f"{d['why_benchmarked'].split(':')[0]}: {'kept' if d['fused'] else 'overturned'}"
                            for d in artifact.manifest["fusion"]["benchmarked"]]}
-    timings = {"eager": lambda: graph_time_ms(case.fn, inputs), "fusewire": lambda: graph_time_ms(run, inputs)}
-    if with_inductor:
-        compiled = torch.compile(case.fn)
+    timings = {"eager": lambda: graph_time_ms(fn, inputs), "fusewire": lambda: graph_time_ms(run, inputs)}
+    if settings.with_inductor:
+        compiled = torch.compile(fn)
         started = time.perf_counter()
         compiled(*inputs)
         row["inductor_compile_s"] = round(time.perf_counter() - started, 2)
         timings["inductor"] = lambda: graph_time_ms(compiled, inputs)
-    for label, measure in timings.items():
-        ms = measure()
+    for label, measure_ms in timings.items():
+        ms = measure_ms()
         gbs = moved / ms / 1e6
-        row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / copy_gbs, 1)}
+        row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / settings.copy_gbs, 1)}
     return row
 
 
@@ -187,8 +231,27 @@ def _flatten(value):
     return [value]
 
 
+def selected_runs(case_set: str, wanted: list[str], case_dir: Path,
+                  min_bytes: int = 0) -> list[tuple[str, Callable[[Settings], dict]]]:
+    """(name, run) for every case of the set whose name contains one of `wanted` (all when empty);
+    model cases only when they move at least `min_bytes` (the smallest are launch latency, not bandwidth)."""
+    if case_set == "corpus":
+        return [(c.name, lambda s, c=c: run_case(c, s)) for c in CASES if not wanted or any(w in c.name for w in wanted)]
+    from bench.model_cases import load_cases
+
+    return [(c.name, lambda s, c=c: run_model_case(c, s)) for c in load_cases(case_dir, wanted)
+            if c.moved_bytes >= min_bytes]
+
+
 def main() -> None:
+    from bench.model_cases import CASES_DIR
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", choices=("corpus", "models"), default="corpus",
+                        help="corpus: the hand-picked functions; models: the cases of --case-dir")
+    parser.add_argument("--case-dir", type=Path, default=CASES_DIR, help="the model case files (--set models)")
+    parser.add_argument("--min-bytes", type=int, default=0,
+                        help="--set models: only the cases that move at least this many bytes")
     parser.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     parser.add_argument("--json", default="", help="write the rows to this file")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile (faster)")
@@ -196,39 +259,38 @@ def main() -> None:
     parser.add_argument("--no-benchmark-fusion", action="store_true", help="the fusion score alone decides fusions")
     args = parser.parse_args()
     major, minor = torch.cuda.get_device_capability()
-    target = f"cuda:sm_{major}{minor}"
-    copy_gbs = copy_bandwidth_gbs()
-    print(f"device {torch.cuda.get_device_name()} ({target}), torch {torch.__version__}, "
-          f"device-to-device copy {copy_gbs:.0f} GB/s")
-    wanted = [w for w in args.cases.split(",") if w]
+    settings = Settings(f"cuda:sm_{major}{minor}", copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
+                        not args.no_benchmark_fusion)
+    print(f"device {torch.cuda.get_device_name()} ({settings.target}), torch {torch.__version__}, "
+          f"device-to-device copy {settings.copy_gbs:.0f} GB/s")
     rows = []
-    for case in CASES:
-        if wanted and not any(w in case.name for w in wanted):
-            continue
+    for name, run in selected_runs(args.set, [w for w in args.cases.split(",") if w], args.case_dir, args.min_bytes):
         try:
-            rows.append(run_case(case, target, copy_gbs, not args.no_inductor, not args.no_autotune,
-                                 not args.no_benchmark_fusion))
+            rows.append(run(settings))
         except Exception as exc:  # report and go on: one broken case must not hide the others
-            rows.append({"case": case.name, "error": f"{type(exc).__name__}: {exc}"[:500]})
+            rows.append({"case": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "copy_GBs": copy_gbs, "rows": rows}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "copy_GBs": settings.copy_gbs, "set": args.set,
+                       "rows": rows}, f, indent=1)
     _print_table(rows)
 
 
 def _print_table(rows: list[dict]) -> None:
-    print(f"\n{'case':46} {'eager ms':>9} {'inductor':>9} {'fusewire':>9} {'fw GB/s':>8} {'%copy':>6} {'vs ind':>7} k")
+    width = max([46] + [len(row["case"]) for row in rows])
+    print(f"\n{'case':{width}} {'eager ms':>9} {'inductor':>9} {'fusewire':>9} {'fw GB/s':>8} {'%copy':>6} {'vs ind':>7} "
+          f"{'k':>2} {'rel err':>8}")
     ratios = []
     for row in rows:
         if "error" in row:
-            print(f"{row['case']:46} ERROR {row['error'][:80]}")
+            print(f"{row['case']:{width}} ERROR {row['error'][:80]}")
             continue
         ind = row.get("inductor", {}).get("ms", math.nan)
         fw = row["fusewire"]["ms"]
         ratios.append(ind / fw)
-        print(f"{row['case']:46} {row['eager']['ms']:9.4f} {ind:9.4f} {fw:9.4f} {row['fusewire']['GB/s']:8.0f} "
-              f"{row['fusewire']['%copy']:6.1f} {ind / fw:7.2f} {row['kernels']}")
+        print(f"{row['case']:{width}} {row['eager']['ms']:9.4f} {ind:9.4f} {fw:9.4f} {row['fusewire']['GB/s']:8.0f} "
+              f"{row['fusewire']['%copy']:6.1f} {ind / fw:7.2f} {row['kernels']:2} {row['rel_error']:8.1e}")
     finite = [r for r in ratios if r == r]
     if finite:
         print(f"geomean speedup over inductor: {math.exp(sum(map(math.log, finite)) / len(finite)):.3f}")

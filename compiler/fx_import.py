@@ -4,6 +4,7 @@ against).
 
     graph = from_fx(make_fx(fn)(*inputs), inputs)
     outputs = run_eager(graph, inputs)          # list of tensors
+    module = to_fx(graph, "cuda")                # the same ATen calls as an fx GraphModule (torch.compile-able)
     inputs = random_inputs(graph, seed=0)        # random data with the graph's layouts
 """
 
@@ -263,6 +264,42 @@ def _copy_strided(tensor: torch.Tensor) -> torch.Tensor:
 
 def to_callable(graph: Graph) -> Callable[..., list[torch.Tensor]]:
     return lambda *inputs: run_eager(graph, inputs)
+
+
+def to_fx(graph: Graph, device: str | torch.device = "cpu") -> torch.fx.GraphModule:
+    """The wire graph as an fx GraphModule of the same ATen calls, returning the list of outputs
+    run_eager returns: a function torch.compile (Inductor) can compile. Constants become buffers
+    on `device`, and device arguments name `device` (the inputs must live there). A graph with
+    in-place ops works on strided copies of its inputs first, as run_eager does."""
+    device = torch.device(device)
+    root, fx_graph = torch.nn.Module(), torch.fx.Graph()
+    mutates = any(resolve_op(node.target)._schema.is_mutable for node in graph.nodes)
+    env: dict[str, torch.fx.Node] = {}
+    for spec in graph.inputs:
+        placeholder = fx_graph.placeholder(spec.name.replace(".", "_"))
+        env[spec.name] = fx_graph.call_function(_copy_strided, (placeholder,)) if mutates else placeholder
+    for i, spec in enumerate(graph.constants):
+        root.register_buffer(f"constant{i}", constant_tensor(spec, device))
+        env[spec.name] = fx_graph.get_attr(f"constant{i}")
+    items: dict[tuple[str, int], torch.fx.Node] = {}
+
+    def arg(value: Any) -> Any:
+        if isinstance(value, Ref) and value.index is not None:
+            key = (value.ref, value.index)
+            if key not in items:
+                items[key] = fx_graph.call_function(operator.getitem, (env[value.ref], value.index))
+            return items[key]
+        if isinstance(value, Ref):
+            return env[value.ref]
+        if isinstance(value, list):
+            return [arg(item) for item in value]
+        return from_arg(value, {}, device)
+
+    for node in graph.nodes:
+        env[node.name] = fx_graph.call_function(resolve_op(node.target), tuple(arg(a) for a in node.args),
+                                                {k: arg(v) for k, v in node.kwargs.items()})
+    fx_graph.output([arg(ref) for ref in graph.outputs])
+    return torch.fx.GraphModule(root, fx_graph)
 
 
 def random_tensor(spec: TensorSpec, generator: torch.Generator, device: str | torch.device = "cpu",

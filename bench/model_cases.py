@@ -1,0 +1,220 @@
+"""The kernel benchmark's case set drawn from real models: every kernel group fusewire's scheduler
+makes for the training graphs of the model zoo, a CNN normalization block and an AdamW update,
+deduplicated by structure, one JSON file per case.
+
+    python bench/model_cases.py --size bench --out bench/cases      # the checked-in set
+    python bench/model_cases.py --size tiny --out /tmp/cases        # its CI-sized twin
+    python bench/kernels.py --set models                            # times the set on a GPU
+
+Graphs are captured on fake tensors (bench/model_capture.py: nothing is computed, at any size)
+and cut into one case per kernel group (bench/case_cutting.py). Two cases are the same when
+their wire graphs are equal after renaming values canonically (same ops, shapes, strides,
+dtypes and literal arguments): the first one met is kept, sources in the order of SOURCES.
+A case file holds a header (name, source model and graph, kernel group, bytes to move, input
+value ranges) and the wire graph; no tensor data beyond tiny constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.case_cutting import Case, group_cases, whole_graph_case  # noqa: E402
+from compiler.graph import Graph, parse_graph  # noqa: E402
+
+if TYPE_CHECKING:
+    from bench.model_capture import CapturedGraph
+
+CASES_DIR = ROOT / "bench" / "cases"
+FORMAT = "fusewire-bench-case-1"
+
+
+@dataclass
+class SourceReport:
+    """What one source contributed: graphs captured, kernel-group cases cut from them, the new ones
+    among these (the rest duplicate a case met before), groups left out (by reason), graphs that
+    could not be cut (with the error), whole graphs kept."""
+
+    graphs: int = 0
+    groups: int = 0
+    kept: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    failed: list[str] = field(default_factory=list)
+    whole: int = 0
+
+    @property
+    def duplicates(self) -> int:
+        return self.groups - self.kept
+
+    def line(self, source: str) -> str:
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+        return (f"{source}: {self.graphs} graphs, {self.groups} kernel-group cases, {self.kept} new "
+                f"({self.duplicates} duplicates)" + (f"; groups left out: {skipped}" if skipped else "")
+                + (f"; {self.whole} whole graphs" if self.whole else "")
+                + "".join(f"\n  NOT CUT: {failure}" for failure in self.failed))
+
+
+@dataclass
+class CaseSet:
+    cases: list[Case] = field(default_factory=list)
+    reports: dict[str, SourceReport] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------
+# building the set
+# ---------------------------------------------------------------------------------
+
+
+def extract_cases(size: str, sources: list[str] | None = None, whole_graphs: bool = False,
+                  progress: Callable[[str], None] = lambda line: None) -> CaseSet:
+    """Captures each source at `size` (bench/model_capture.py) and makes the case set of its graphs."""
+    from bench.model_capture import SOURCES, capture_source
+
+    captured = ((source, capture_source(source, size)) for source in sources or list(SOURCES))
+    return cases_from_graphs(captured, whole_graphs, progress)
+
+
+def cases_from_graphs(captured: Iterable[tuple[str, list[CapturedGraph]]], whole_graphs: bool = False,
+                      progress: Callable[[str], None] = lambda line: None) -> CaseSet:
+    """Cuts every graph into kernel-group cases, drops structural duplicates (the first met is
+    kept) and names the rest uniquely. `whole_graphs` adds each captured graph as one case."""
+    result, seen = CaseSet(), set()
+
+    def keep(case: Case) -> bool:
+        if case.key in seen:
+            return False
+        seen.add(case.key)
+        result.cases.append(case)
+        return True
+
+    started = time.perf_counter()
+    for source, graphs in captured:
+        report = result.reports.setdefault(source, SourceReport())
+        for graph in graphs:
+            report.graphs += 1
+            try:
+                found = group_cases(graph.graph, source, graph.name, report.skipped)
+            except Exception as exc:  # one graph the cutter cannot handle must not hide the others
+                report.failed.append(f"{graph.name}: {type(exc).__name__}: {exc}"[:300])
+                found = []
+            report.groups += len(found)
+            report.kept += sum(keep(case) for case in found)
+            if whole_graphs:
+                report.whole += keep(whole_graph_case(graph.graph, source, graph.name))
+        progress(f"{report.line(source)} ({time.perf_counter() - started:.1f} s)")
+        started = time.perf_counter()
+    unique_names(result.cases)
+    return result
+
+
+def unique_names(cases: list[Case]) -> None:
+    """Makes names unique in order: the second `x` becomes `x_2`, the third `x_3`."""
+    counts: dict[str, int] = {}
+    for case in cases:
+        stem = case.name
+        counts[stem] = counts.get(stem, 0) + 1
+        if counts[stem] > 1:
+            case.name = f"{stem}_{counts[stem]}"
+
+
+# ---------------------------------------------------------------------------------
+# case files
+# ---------------------------------------------------------------------------------
+
+
+def case_to_json(case: Case) -> dict:
+    header = {"format": FORMAT, "name": case.name, "source": case.source, "graph": case.graph_name,
+              "group": case.group, "moved_bytes": case.moved_bytes,
+              "input_ranges": {name: list(r) for name, r in sorted(case.input_ranges.items())}}
+    return {"header": header, "graph": case.graph.model_dump(mode="json")}
+
+
+def case_from_json(data: dict) -> Case:
+    """A case file's content back as a Case; its graph is validated (GraphValidationError if not)."""
+    header = data["header"]
+    if header.get("format") != FORMAT:
+        raise ValueError(f"not a {FORMAT} file: format {header.get('format')!r}")
+    graph: Graph = parse_graph(data["graph"])
+    ranges = {name: (r[0], r[1]) for name, r in header["input_ranges"].items()}
+    return Case(header["name"], header["source"], header["graph"], header["group"], graph, header["moved_bytes"], ranges)
+
+
+def write_cases(cases: list[Case], folder: Path, sources: set[str] | None = None) -> None:
+    """One `<name>.json` per case. Case files of an earlier run that are not in this set are removed
+    (only those of `sources`, when given: a run over some sources leaves the others' files alone)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {f"{case.name}.json" for case in cases}
+    for path in folder.glob("*.json"):
+        old = _read_case_file(path)
+        if path.name not in names and old is not None and (sources is None or old["header"]["source"] in sources):
+            path.unlink()
+    for case in cases:
+        (folder / f"{case.name}.json").write_text(json.dumps(case_to_json(case), separators=(",", ":")) + "\n")
+
+
+def _read_case_file(path: Path) -> dict | None:
+    """The decoded content of a case file; None for any other file (JSON of another kind, or none)."""
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return None
+    is_case = isinstance(data, dict) and isinstance(data.get("header"), dict) and data["header"].get("format") == FORMAT
+    return data if is_case else None
+
+
+def load_cases(folder: Path = CASES_DIR, wanted: list[str] | None = None) -> list[Case]:
+    """The case files of `folder` (other JSON files are skipped), sorted by name; `wanted`:
+    substrings of names to keep (all when empty)."""
+    cases = []
+    for path in sorted(folder.glob("*.json")):
+        data = None if wanted and not any(w in path.stem for w in wanted) else _read_case_file(path)
+        if data is not None:
+            cases.append(case_from_json(data))
+    return cases
+
+
+def case_inputs(case: Case, seed: int = 0, device: str = "cpu") -> list:
+    """Random inputs for the case's graph, with its strides, never all zeros, values in its ranges
+    (the corpus's way: compiler.fx_import.random_inputs with the ranges as int_ranges)."""
+    from compiler.fx_import import random_inputs
+
+    return random_inputs(case.graph, seed=seed, device=device, int_ranges=case.input_ranges)
+
+
+# ---------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench.model_capture import SOURCES
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=("tiny", "bench"), default="bench")
+    parser.add_argument("--out", type=Path, default=CASES_DIR, help="folder for the case files")
+    parser.add_argument("--sources", default="", help=f"comma-separated subset of {','.join(SOURCES)} "
+                        "(dedupe then spans only those; the checked-in set is a run over all)")
+    parser.add_argument("--whole-graphs", action="store_true", help="add each captured graph as one case too")
+    args = parser.parse_args(argv)
+    sources = [s for s in args.sources.split(",") if s] or None
+    result = extract_cases(args.size, sources, args.whole_graphs, progress=lambda line: print(line, flush=True))
+    write_cases(result.cases, args.out, set(result.reports))
+    groups = sum(r.groups for r in result.reports.values())
+    duplicates = sum(r.duplicates for r in result.reports.values())
+    print(f"{len(result.cases)} cases ({groups} kernel-group cases cut, {duplicates} duplicates dropped) -> {args.out}")
+    if any(r.failed for r in result.reports.values()):
+        sys.exit("some graphs could not be cut into cases (NOT CUT above); the set lacks their cases")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""The kernel benchmark's case set drawn from real models (bench/model_cases.py): capture on fake
+tensors, cutting kernel groups into standalone wire graphs, dedupe, names, value ranges, the fx
+module rebuilt from a wire graph, and the checked-in set (bench/cases). CPU only, tiny sizes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+from collections import Counter
+
+import pytest
+import torch
+
+import compiler
+from bench.case_cutting import cut, moved_bytes, structure_key, value_layouts, with_views_between
+from bench.kernels import Settings, relative_error, run_model_case
+from bench.model_capture import SOURCES, capture_source
+from bench.model_cases import (CASES_DIR, case_from_json, case_inputs, case_to_json, cases_from_graphs, load_cases,
+                               write_cases)
+from client.runtime import load
+from compiler.fx_import import from_fx, run_eager, to_fx
+from compiler.graph import DTYPES, Graph, Node, Ref, TensorSpec, parse_graph, validate_graph
+from compiler.options import Limits
+from tests.corpus import corpus_inputs, load_graph
+
+EXTERN_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.convolution.default",
+              "aten._scaled_dot_product_flash_attention_for_cpu.default", "aten.native_dropout.default"}
+NAME = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*_(fw|bw)_[a-z0-9_]+_([0-9x]+|scalar)"  # source, graph kind, ops, shape
+                  r"_(bf16|fp16|fp32|fp64|i64|i32|i8|u8|bool)(_\d+)?$")  # dtype, a number when the stem repeats
+
+
+@pytest.fixture(scope="module")
+def captured():
+    return {source: capture_source(source, "tiny") for source in ("gpt2", "cnn_norm")}
+
+
+@pytest.fixture(scope="module")
+def case_set(captured):
+    return cases_from_graphs(captured.items())
+
+
+def raw_group_keys(captured, source: str) -> list[str]:
+    """Every kernel-group case of a source before dedupe, by structure."""
+    from bench.case_cutting import group_cases
+
+    return [case.key for graph in captured[source] for case in group_cases(graph.graph, source, graph.name)]
+
+
+# ---------------------------------------------------------------------------------
+# (a) extraction at tiny sizes
+# ---------------------------------------------------------------------------------
+
+
+def test_each_source_yields_cases_and_repeated_layers_collapse(captured, case_set):
+    for source in ("gpt2", "cnn_norm"):
+        assert case_set.reports[source].kept > 0, case_set.reports[source].line(source)
+    raw = raw_group_keys(captured, "gpt2")
+    assert Counter(raw).most_common(1)[0][1] >= 2, "GPT-2's two identical layers must give repeated groups"
+    kept = [case.key for case in case_set.cases if case.source == "gpt2"]
+    assert len(kept) == len(set(kept)) == len(set(raw)) < len(raw)
+    assert case_set.reports["gpt2"].duplicates == len(raw) - len(set(raw))
+
+
+def test_names_are_unique_and_readable(case_set):
+    names = [case.name for case in case_set.cases]
+    assert len(names) == len(set(names))
+    for case in case_set.cases:
+        assert NAME.match(case.name) and case.name.startswith(f"{case.source}_{case.graph_name[:2]}_"), case.name
+
+
+def test_cases_are_valid_wire_graphs_without_extern_calls(case_set):
+    for case in case_set.cases:
+        validate_graph(case.graph, Limits())
+        assert parse_graph(case_to_json(case)["graph"]) == case.graph
+        assert case.graph.inputs and case.graph.outputs
+        assert not EXTERN_OPS & {node.target for node in case.graph.nodes}, case.name
+        assert case.moved_bytes > 0
+
+
+def test_cnn_norm_cases_hold_its_normalizations(case_set):
+    ops = {node.target for case in case_set.cases if case.source == "cnn_norm" for node in case.graph.nodes}
+    assert {"aten.native_group_norm.default", "aten.silu.default", "aten.relu.default"} <= ops
+    assert any("batch_norm" in op for op in ops)
+
+
+def test_fake_capture_matches_a_capture_on_real_tensors():
+    """The bench sizes are captured on fake tensors; at tiny size the same code on real tensors
+    must give the very same graphs."""
+    from bench.model_capture import CNN_SIZES, ConvNormBlock, captured_graphs, run_compiled
+
+    dims = CNN_SIZES["tiny"]
+    block = ConvNormBlock(dims["channels"], dims["groups"]).train().to(dtype=torch.bfloat16)
+    images = torch.randn(dims["batch"], dims["channels"], dims["side"], dims["side"], dtype=torch.bfloat16)
+    real = captured_graphs("cnn_norm", run_compiled(lambda compiled: compiled(images), block, contextlib.nullcontext()))
+    fake = capture_source("cnn_norm", "tiny")
+    assert [structure_key(g.graph) for g in fake] == [structure_key(g.graph) for g in real if g.kind == "fw"]
+
+
+def test_index_inputs_get_valid_ranges(case_set):
+    losses = [c for c in case_set.cases if any("nll_loss" in n.target for n in c.graph.nodes)]
+    assert losses
+    for case in losses:
+        layouts = value_layouts(case.graph)
+        node = next(n for n in case.graph.nodes if "nll_loss_forward" in n.target or "nll_loss_backward" in n.target)
+        scores = node.args[0] if "forward" in node.target else node.args[1]
+        classes = layouts[(scores.ref, scores.index)].shape[-1]
+        int_inputs = [s.name for s in case.graph.inputs if s.dtype == "int64"]
+        assert int_inputs and all(case.input_ranges[name] == (0, classes) for name in int_inputs)
+        for spec, tensor in zip(case.graph.inputs, case_inputs(case, seed=3)):
+            if spec.name in case.input_ranges:
+                low, high = case.input_ranges[spec.name]
+                assert low <= tensor.min().item() and tensor.max().item() < high
+
+
+# ---------------------------------------------------------------------------------
+# (b) cases compile with fusewire and match eager
+# ---------------------------------------------------------------------------------
+
+
+PICKS = ("native_layer_norm_backward", "add_native_layer_norm", "nll_loss_backward", "safe_softmax",
+         "native_group_norm_silu", "batch_norm")
+
+
+def tolerance(a: torch.dtype, b: torch.dtype) -> float:
+    return 2e-2 if {a, b} & {torch.bfloat16, torch.float16} else 1e-4
+
+
+def test_picked_cases_compile_and_match_eager(case_set):
+    picked = [next(c for c in case_set.cases if pick in c.name) for pick in PICKS]
+    for case in picked:
+        inputs = case_inputs(case, seed=1)
+        expected = run_eager(case.graph, inputs)
+        artifact = compiler.compile(case.graph, "cpu", {"autotune": False, "benchmark_fusion": False})
+        ours = load(artifact)(*inputs)
+        assert artifact.manifest["kernels"], case.name
+        layouts = value_layouts(case.graph)
+        for ref, got, want in zip(case.graph.outputs, ours, expected, strict=True):
+            assert str(got.dtype).removeprefix("torch.") == layouts[(ref.ref, ref.index)].dtype  # PyTorch's meta dtype
+            assert got.shape == want.shape
+            # CPU eager returns bf16 normalization statistics where the meta kernel (and CUDA) say float32
+            error = relative_error([got], [want])
+            assert error <= tolerance(got.dtype, want.dtype), f"{case.name} {ref}: {error}"
+
+
+def test_model_case_runs_through_the_benchmark_path_on_cpu(case_set, monkeypatch):
+    import bench.kernels as kernels
+
+    monkeypatch.setattr(kernels, "graph_time_ms", lambda fn, inputs: 0.5)  # timing needs CUDA
+    case = next(c for c in case_set.cases if "native_layer_norm_backward" in c.name)
+    settings = Settings("cpu", copy_gbs=1.0, with_inductor=False, autotune=False, benchmark_fusion=False)
+    row = run_model_case(case, settings)
+    assert row["rel_error"] < 2e-2 and row["bytes"] == case.moved_bytes
+    assert row["fusewire"]["GB/s"] == round(case.moved_bytes / 0.5 / 1e6, 1)
+
+
+# ---------------------------------------------------------------------------------
+# (c) the fx module rebuilt from a wire graph
+# ---------------------------------------------------------------------------------
+
+
+def assert_same(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, atol=0, rtol=0, equal_nan=True)
+
+
+def test_rebuilt_fx_module_matches_run_eager(case_set):
+    for case in case_set.cases:
+        inputs = case_inputs(case, seed=2)
+        assert_same(to_fx(case.graph)(*inputs), run_eager(case.graph, inputs))
+
+
+def test_rebuilt_fx_module_with_constants_and_in_place_ops():
+    table = torch.tensor([1.0, 2.0, 3.0])
+
+    def fn(x):
+        return (x * table).softmax(-1)
+
+    x = torch.randn(4, 3)
+    graph = from_fx(torch.fx.experimental.proxy_tensor.make_fx(fn)(x), [x])
+    assert graph.constants
+    assert_same(to_fx(graph)(x), run_eager(graph, [x]))
+    adam = load_graph("adam_step_inplace_fp32")
+    inputs = corpus_inputs("adam_step_inplace_fp32")
+    before = [t.clone() for t in inputs]
+    assert_same(to_fx(adam)(*inputs), run_eager(adam, inputs))
+    assert_same(inputs, before)  # in-place ops work on copies, as in run_eager
+
+
+def test_rebuilt_fx_module_compiles_with_torch_compile(case_set):
+    case = next(c for c in case_set.cases if "native_layer_norm_backward" in c.name)
+    inputs = case_inputs(case)
+    module = to_fx(case.graph)
+    backend = "inductor" if shutil.which("g++") or shutil.which("c++") else "eager"  # Inductor's CPU code is C++
+    torch._dynamo.reset()
+    try:
+        got, want = torch.compile(module, backend=backend)(*inputs), module(*inputs)
+    finally:
+        torch._dynamo.reset()
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and relative_error([a], [b]) <= tolerance(a.dtype, b.dtype)
+
+
+# ---------------------------------------------------------------------------------
+# cutting one group
+# ---------------------------------------------------------------------------------
+
+
+def test_cut_keeps_views_between_members_and_exposes_what_others_read():
+    graph = Graph(version=1, inputs=[TensorSpec(name="x", dtype="float32", shape=[4, 8]),
+                                     TensorSpec(name="y", dtype="float32", shape=[8])],
+                  nodes=[Node(name="a", target="aten.add.Tensor", args=[Ref(ref="x"), Ref(ref="y")]),
+                         Node(name="v", target="aten.view.default", args=[Ref(ref="a"), [32]]),
+                         Node(name="m", target="aten.mul.Tensor", args=[Ref(ref="v"), 2.0]),
+                         Node(name="s", target="aten.sum.default", args=[Ref(ref="m")])],
+                  outputs=[Ref(ref="s"), Ref(ref="a")])
+    included = with_views_between(graph, {"a", "m"}, lowered={"a", "m", "s"})
+    assert included == {"a", "v", "m"}
+    piece = cut(graph, included, value_layouts(graph))
+    assert [s.name for s in piece.inputs] == ["x", "y"] and [r.ref for r in piece.outputs] == ["a", "m"]
+    x, y = torch.randn(4, 8), torch.randn(8)
+    assert_same(run_eager(piece, [x, y]), [x + y, ((x + y) * 2).view(32)])
+    assert moved_bytes(piece, value_layouts(piece)) == (32 + 8 + 32 + 32) * 4
+    tail = cut(graph, {"s"}, value_layouts(graph))
+    assert [s.name for s in tail.inputs] == ["m"] and tail.inputs[0].shape == [32]
+
+
+def test_case_files_round_trip(case_set, tmp_path):
+    gpt2 = [c for c in case_set.cases if c.source == "gpt2"]
+    cnn = [c for c in case_set.cases if c.source == "cnn_norm"]
+    write_cases(gpt2[:3] + cnn, tmp_path)
+    (tmp_path / "notes.json").write_text("{}")  # not a case file: left alone
+    write_cases(gpt2[3:5], tmp_path, sources={"gpt2"})  # gpt2's earlier files go, cnn_norm's stay
+    kept = gpt2[3:5] + cnn
+    assert {p.name for p in tmp_path.glob("*.json")} == {f"{c.name}.json" for c in kept} | {"notes.json"}
+    summary = lambda cases: sorted((c.name, c.key, c.moved_bytes, c.input_ranges, c.group) for c in cases)  # noqa: E731
+    assert summary(load_cases(tmp_path)) == summary(kept)
+
+
+# ---------------------------------------------------------------------------------
+# (d) the checked-in set
+# ---------------------------------------------------------------------------------
+
+
+def test_checked_in_cases_load_and_validate():
+    paths = sorted(CASES_DIR.glob("*.json"))
+    assert len(paths) >= 40
+    cases = [case_from_json(json.loads(path.read_text())) for path in paths]  # parse_graph validates
+    assert [c.name for c in cases] == [p.stem for p in paths]
+    assert len({c.key for c in cases}) == len(cases), "the checked-in set holds structural duplicates"
+    for case in cases:
+        assert case.source in SOURCES and NAME.match(case.name), case.name
+        assert set(case.input_ranges) <= {spec.name for spec in case.graph.inputs}
+        assert all(spec.dtype in DTYPES for spec in case.graph.inputs)
+        assert case.moved_bytes == moved_bytes(case.graph, value_layouts(case.graph)), case.name
