@@ -62,6 +62,9 @@ def from_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
         elif fx_node.op == "call_function" and fx_node.target is operator.getitem:
             source, index = fx_node.args
             refs[fx_node] = Ref(ref=refs[source].ref, index=index)
+        elif fx_node.op == "call_function" and str(fx_node.target) in _SPELLED_OUT:
+            nodes += _SPELLED_OUT[str(fx_node.target)](fx_node, refs, constants)
+            refs[fx_node] = Ref(ref=nodes[-1].name)
         elif fx_node.op == "call_function" and isinstance(fx_node.target, torch._ops.OpOverload):
             name = _wire_name(fx_node.name)
             nodes.append(Node(
@@ -79,6 +82,19 @@ def from_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
     except GraphValidationError as exc:
         raise ConversionError(f"the captured graph breaks a wire-format rule: {exc}") from None
     return graph
+
+
+def _fma(fx_node: torch.fx.Node, refs: dict, constants: "_Constants") -> list[Node]:
+    """Inductor's `prims.fma(a, b, c)` = a * b + c, which dynamo writes for `addcmul_`/`addcdiv_` with a
+    value (AdamW's update): no wire-format op, so it travels as ATen's mul and add."""
+    a, b, c = (_to_arg(value, fx_node, refs, constants) for value in fx_node.args)
+    name = _wire_name(fx_node.name)
+    return [Node(name=f"{name}_product", target="aten.mul.Tensor", args=[a, b], kwargs={}),
+            Node(name=name, target="aten.add.Tensor", args=[Ref(ref=f"{name}_product"), c], kwargs={})]
+
+
+# ops outside ATen that dynamo puts into graphs, spelled out in ATen ops
+_SPELLED_OUT = {"prims.fma.default": _fma}
 
 
 class _Constants:

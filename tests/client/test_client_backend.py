@@ -210,3 +210,24 @@ def test_min_cut_partitioner_trains_like_eager(api_server, tmp_path):
 def test_unknown_partitioner_is_refused():
     with pytest.raises(ValueError, match="partitioner must be one of"):
         backend(url="http://127.0.0.1:1", partitioner="greedy")
+
+
+def test_adamw_step_compiles_without_fallback_and_matches_eager(api_server, tmp_path):
+    """Dynamo writes AdamW's `addcmul_(..., value=)` as Inductor's `prims.fma`; it travels as ATen's
+    mul and add, so the optimizer's graph is compiled, not run eagerly."""
+    be = backend(url=api_server.url, token=TOKEN, cache_dir=tmp_path / "cache", on_error="raise")
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(33, 17)), torch.nn.Parameter(torch.randn(17))]
+    reference = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    compiled_opt = torch.optim.AdamW(params, lr=1e-2, foreach=False, fused=False)
+    eager_opt = torch.optim.AdamW(reference, lr=1e-2, foreach=False, fused=False)
+    step = torch.compile(compiled_opt.step, backend=be)
+    for i in range(3):
+        grads = [torch.randn_like(p) for p in params]
+        for p, q, g in zip(params, reference, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        step()  # on_error="raise": a fallback would raise here
+        eager_opt.step()
+    for p, q in zip(params, reference):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert be.stats["fallbacks"] == 0 and be.stats["graphs"] >= 1, be.stats
