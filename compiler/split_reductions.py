@@ -3,8 +3,13 @@ sum of a tall matrix) would give the GPU only a handful of programs, each loopin
 a long row. It is rewritten as two reductions: the first reduces S chunks of each row
 in parallel into a small buffer, the second reduces the S partial results.
 
-Only reductions whose partial results combine with the same reduction apply (sum, prod,
-max, min, any); welford and argmax/argmin stay whole.
+Reductions whose partial results combine with the same reduction (sum, prod, max, min, any)
+split into a partial and a final pass of the same kind. A welford reduction (mean and M2, for
+variance: BatchNorm's statistics over N, H and W, a handful of channels each reducing millions
+of elements) splits into equal chunks, each a welford reduction of its own, then two small sums
+combine them: mean = mean of the chunk means, M2 = sum of the chunk M2s + chunk size * sum of the
+squared distances of the chunk means to the mean (the parallel variance formula, exact for equal
+chunks). argmax/argmin stay whole.
 """
 
 from __future__ import annotations
@@ -63,6 +68,12 @@ def split_reductions(program: Program) -> None:
         factor = 1
         if isinstance(node, ComputeNode) and node.is_reduction:
             factor = split_factor(node.numel, node.rnumel, is_outer(node))
+        if factor > 1 and _splittable_welford(node):
+            while node.rnumel % factor:  # welford's chunks must be equal: a factor dividing the row
+                factor //= 2
+            if factor > 1:
+                rewritten.extend(_split_welford(program, node, factor))
+                continue
         if factor == 1 or not _splittable(node):
             rewritten.append(node)
             continue
@@ -97,6 +108,43 @@ def _split(program: Program, node: ComputeNode, factor: int) -> list[ComputeNode
     second = replace(node, name=node.name + "_final", reduction_ranges=(factor,), body=final_body,
                      reduction_type="any" if kind == "any" else kind)
     return [first, second]
+
+
+def _split_welford(program: Program, node: ComputeNode, factor: int) -> list[ComputeNode]:
+    """(mean, M2) of each of `factor` equal chunks, then the mean and the M2 of the whole row."""
+    chunk = node.rnumel // factor
+    mean_store, m2_store = node.stores
+    acc = mean_store.layout.dtype
+    partial_layout = Layout.contiguous([factor] + list(node.ranges), acc)
+    means, m2s = _new_buffer(program, partial_layout), _new_buffer(program, partial_layout)
+    original_body, reduction_ranges = node.body, node.reduction_ranges
+
+    def partial_body(ops, index, rindex):
+        return original_body(ops, index[1:], unflatten(index[0] * chunk + rindex[0], reduction_ranges))
+
+    def at(index, rindex):
+        return partial_layout.index([rindex[0]] + list(index))
+
+    def mean_body(ops, index, rindex):
+        return ops.mul(ops.load(means.name, at(index, rindex)), ops.constant(1.0 / factor, acc))
+
+    def m2_body(ops, index, rindex):
+        mean = ops.load(mean_store.buffer.name, mean_store.layout.index(list(index)))
+        delta = ops.sub(ops.load(means.name, at(index, rindex)), mean)
+        return ops.add(ops.load(m2s.name, at(index, rindex)), ops.mul(ops.mul(delta, delta), ops.constant(float(chunk), acc)))
+
+    partial = ComputeNode(node.name, (factor,) + tuple(node.ranges), (chunk,), partial_body,
+                          [Store(means, partial_layout), Store(m2s, partial_layout)], "welford", node.origins)
+    mean = replace(node, name=node.name + "_mean", reduction_ranges=(factor,), body=mean_body, stores=[mean_store],
+                   reduction_type="sum")
+    m2 = replace(node, name=node.name + "_m2", reduction_ranges=(factor,), body=m2_body, stores=[m2_store],
+                 reduction_type="sum")
+    return [partial, mean, m2]
+
+
+def _splittable_welford(node: ComputeNode) -> bool:
+    return node.reduction_type == "welford" and len(node.stores) == 2 and \
+        all(store.layout.dtype in ("float32", "float64") for store in node.stores)
 
 
 def _splittable(node: ComputeNode) -> bool:

@@ -167,6 +167,37 @@ def test_large_reductions_with_few_outputs_are_split_in_two_kernels(fn, shape):
     assert final["rnumel"] > 1 and partial["rnumel"] < math.prod(shape)
 
 
+@pytest.mark.parametrize("dtype, shape", [
+    (torch.float32, (4, 16, 64, 64)),   # 16 channels, 16,384 elements each: 16-way split
+    (torch.bfloat16, (4, 24, 48, 60)),  # 11,520 elements each, not a power of two
+])
+def test_batch_norm_statistics_over_n_h_w_are_split_into_equal_chunks(dtype, shape):
+    """Training-mode BatchNorm: a welford reduction with one output per channel splits into chunk
+    statistics and their combination (mean of means, M2 by the parallel formula). Output and running
+    statistics are checked against a float64 run by Inductor's rule (error at most twice eager's),
+    on data whose mean is far from zero, where a naive sum-of-squares variance would lose digits."""
+    channels = shape[1]
+
+    def fn(x, weight, bias, running_mean, running_var):
+        out = F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum=0.1, eps=1e-5)
+        return (out, running_mean, running_var)
+
+    x = (torch.randn(shape) * 3 + 50).to(dtype)
+    inputs = [x, torch.randn(channels, dtype=dtype), torch.randn(channels, dtype=dtype),
+              torch.randn(channels, dtype=dtype), torch.rand(channels, dtype=dtype) + 0.5]
+    artifact = compiler.compile(from_fx(make_fx(fn)(*[t.clone() for t in inputs]), inputs), "cpu")
+    ours = load(artifact)(*[t.clone() for t in inputs])
+    eager = fn(*[t.clone() for t in inputs])
+    exact = fn(*[t.clone().double() for t in inputs])
+    for got, theirs, want in zip(ours, eager, exact):
+        error = lambda t: ((t.double() - want).norm() / want.norm()).item()  # noqa: E731
+        assert error(got) <= 2 * error(theirs) + 1e-6, (error(got), error(theirs))
+    reductions = [k for k in artifact.manifest["kernels"] if k["rnumel"] > 1]
+    partial = max(reductions, key=lambda k: k["numel"])
+    assert partial["numel"] > channels and partial["numel"] % channels == 0  # chunks x channels
+    assert partial["numel"] * partial["rnumel"] == math.prod(shape)  # equal chunks tile every row
+
+
 def test_cross_entropy_gathers_recompute_log_probs_instead_of_storing_them():
     logits, target = torch.randn(9, 40), torch.randint(0, 40, (9,))
     artifact = compile_and_check(lambda x, t: F.cross_entropy(x, t), logits, target)

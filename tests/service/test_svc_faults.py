@@ -380,7 +380,8 @@ def test_api_killed_mid_request_leaves_nothing_half_written_and_a_restarted_api_
     assert isinstance(outcome.get("error"), httpx.RemoteProtocolError), outcome  # "disconnected without a response"
     assert store.job(key) is None and not store.redis.exists(store.k("graph", key))  # the dead client's claim never ran
     api.start()
-    assert client.get("/readyz").status_code == 200
+    # the paused writes also held back the worker's heartbeat: ready again once its next one lands
+    wait_for(lambda: client.get("/readyz").status_code == 200, 15, "the restarted API to report ready")
     job = wait_job(client, submit(client, graph), 60)
     assert job["state"] == "ready" and job["attempts"] == 1, job
     assert_artifact(store, key)
