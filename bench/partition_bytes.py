@@ -53,9 +53,12 @@ def measure(name: str, size: str, partitioner: str) -> dict:
     def backward(gm, example_inputs):
         names = [p.name for p in gm.graph.find_nodes(op="placeholder")]
         for placeholder, value in zip(names, example_inputs):
-            if isinstance(value, torch.Tensor):
-                (row.__setitem__("tangents_mib", row["tangents_mib"] + _mib([value])) if placeholder.startswith("tangents")
-                 else saved.append((placeholder, value)))
+            if not isinstance(value, torch.Tensor):
+                continue
+            if placeholder.startswith("tangents"):
+                row["tangents_mib"] += _mib([value])
+            else:
+                saved.append((placeholder, value))
         return gm
 
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=forward, bw_compiler=backward,

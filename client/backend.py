@@ -165,8 +165,8 @@ def _min_cut_partition(joint, joint_inputs, **kwargs: Any):
 
 class Backend:
     """Callable as a dynamo backend. `stats` counts what happened (graphs, local_hits, remote_hits,
-    compiles, recompiles, fallbacks; in CUDA-graph mode cuda_graphs_captured, cuda_graph_fallbacks and
-    cuda_graph_plain_runs); `seconds` sums the time spent per phase (convert: fx to wire graph; artifact:
+    compiles, recompiles, fallbacks; in CUDA-graph mode cuda_graphs_captured, cuda_graph_replays,
+    cuda_graph_plain_runs and cuda_graph_fallbacks); `seconds` sums the time spent per phase (convert: fx to wire graph; artifact:
     local cache or service; load: runtime.load; first_run: first run of each variant). `uncaptured` maps
     a graph that CUDA-graph mode runs plainly to the reason."""
 

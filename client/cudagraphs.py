@@ -199,8 +199,8 @@ class GraphedRunner:
         return bool(alive or self._retired)
 
     def _retire_outputs(self) -> None:
-        """Before a new capture or a give-up: outputs of the old graph still held by the caller are
-        watched (weakly, so their memory goes when the caller lets go) until they die."""
+        """Before a new capture or a give-up: the old graph's pool storages that the caller still holds
+        stay here (their memory must outlive the caller's views, which own nothing) until they die."""
         self._retired = [owned for owned in self._retired + self._owned if owned.alive()]
         self._owned = []
 

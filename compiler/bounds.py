@@ -58,16 +58,17 @@ def check_plan(plan: dict[str, Any], limits: WorkLimits) -> int:
     return peak
 
 
-def planned_peak_bytes(plan: dict[str, Any]) -> int:
+def planned_peak_bytes(plan: dict[str, Any], own_only: bool = False) -> int:
     """Bytes live at the worst step: constants, plan allocations (reuse counted once) and extern
-    results from their step to their free. Graph inputs are the caller's and not counted."""
+    results from their step to their free. Graph inputs are the caller's and not counted.
+    `own_only`: the plan's own allocations alone (what the runtime allocates for it)."""
     sizes = {name: meta["numel"] * ITEMSIZES[meta["dtype"]] for name, meta in plan["buffers"].items()}
-    live = sum(_storage_bytes(c) for c in plan.get("constants", []))
+    live = 0 if own_only else sum(_storage_bytes(c) for c in plan.get("constants", []))
     peak = live
     for step in plan["steps"]:
         if step["op"] == "alloc" and "reuse" not in step:
             live += sizes[step["buffer"]]
-        elif step["op"] == "extern":
+        elif step["op"] == "extern" and not own_only:
             for name, layout in zip(step["outputs"], step.get("layouts", [])):
                 sizes.setdefault(name, _storage_bytes(layout))
                 live += sizes[name]

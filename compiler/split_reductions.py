@@ -129,9 +129,10 @@ def _split_welford(program: Program, node: ComputeNode, factor: int) -> list[Com
         return ops.mul(ops.load(means.name, at(index, rindex)), ops.constant(1.0 / factor, acc))
 
     def m2_body(ops, index, rindex):
+        where = at(index, rindex)
         mean = ops.load(mean_store.buffer.name, mean_store.layout.index(list(index)))
-        delta = ops.sub(ops.load(means.name, at(index, rindex)), mean)
-        return ops.add(ops.load(m2s.name, at(index, rindex)), ops.mul(ops.mul(delta, delta), ops.constant(float(chunk), acc)))
+        delta = ops.sub(ops.load(means.name, where), mean)
+        return ops.add(ops.load(m2s.name, where), ops.mul(ops.mul(delta, delta), ops.constant(float(chunk), acc)))
 
     partial = ComputeNode(node.name, (factor,) + tuple(node.ranges), (chunk,), partial_body,
                           [Store(means, partial_layout), Store(m2s, partial_layout)], "welford", node.origins)

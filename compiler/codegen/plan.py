@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.graph import DTYPES
+from compiler.bounds import planned_peak_bytes
 from compiler.ir import ExternNode, TensorArg
 from compiler.scheduler import KernelGroup, Schedule
 
@@ -59,7 +59,7 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
         "steps": steps,
         "outputs": [{"buffer": o.buffer.name, **o.layout.to_json()} for o in program.outputs],
     }
-    plan["peak_bytes"] = peak_bytes(plan)
+    plan["peak_bytes"] = planned_peak_bytes(plan, own_only=True)  # its own allocations: no inputs, externs
     return plan
 
 
@@ -80,19 +80,6 @@ def _mark_kept(steps: list[dict[str, Any]]) -> None:
     for step in steps:
         if step["op"] == "free":
             step["keep"] = step["buffer"] in reused
-
-
-def peak_bytes(plan: dict[str, Any]) -> int:
-    """Most bytes the plan's own allocations hold at once (inputs and extern results excluded)."""
-    live = peak = 0
-    size = {name: meta["numel"] * DTYPES[meta["dtype"]] for name, meta in plan["buffers"].items()}
-    for step in plan["steps"]:
-        if step["op"] == "alloc" and "reuse" not in step:
-            live += size[step["buffer"]]
-            peak = max(peak, live)
-        elif step["op"] == "free" and step["buffer"] in size and not step["keep"]:
-            live -= size[step["buffer"]]
-    return peak
 
 
 def _buffers_of(step: Any, kernels: dict[str, Any]) -> set[str]:
