@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 import time
 from dataclasses import dataclass
@@ -210,7 +211,8 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
     row = {"case": name, "kernels": len(artifact.manifest["kernels"]), "compile_s": round(compile_s, 2),
            "rel_error": error, "bytes": moved,
            "benchmarked": [f"{d['why_benchmarked'].split(':')[0]}: {'kept' if d['fused'] else 'overturned'}"
-                           for d in artifact.manifest["fusion"]["benchmarked"]]}
+                           for d in artifact.manifest["fusion"]["benchmarked"]],
+           "kernel_info": [_kernel_info(k) for k in artifact.manifest["kernels"]]}
     timings = {"eager": lambda: graph_time_ms(fn, inputs), "fusewire": lambda: graph_time_ms(run, inputs)}
     if settings.with_inductor:
         compiled = torch.compile(fn)
@@ -223,6 +225,15 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
         gbs = moved / ms / 1e6
         row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / settings.copy_gbs, 1)}
     return row
+
+
+def _kernel_info(entry: dict) -> dict:
+    """What a slow case's diagnosis needs of one kernel: its sizes, config and tuned time."""
+    info = {"name": entry["name"], "numel": entry["numel"], "rnumel": entry["rnumel"], "config": entry["config"]}
+    tuning = entry.get("autotune")
+    if tuning:
+        info["tuned_ms"] = tuning["ms"][tuning["chosen"]]
+    return info
 
 
 def _flatten(value):
@@ -239,8 +250,10 @@ def selected_runs(case_set: str, wanted: list[str], case_dir: Path,
         return [(c.name, lambda s, c=c: run_case(c, s)) for c in CASES if not wanted or any(w in c.name for w in wanted)]
     from bench.model_cases import load_cases
 
-    return [(c.name, lambda s, c=c: run_model_case(c, s)) for c in load_cases(case_dir, wanted)
+    runs = [(c.name, lambda s, c=c: run_model_case(c, s)) for c in load_cases(case_dir, wanted)
             if c.moved_bytes >= min_bytes]
+    random.Random(0).shuffle(runs)  # a run cut short still samples every model
+    return runs
 
 
 def main() -> None:
@@ -254,6 +267,10 @@ def main() -> None:
                         help="--set models: only the cases that move at least this many bytes")
     parser.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     parser.add_argument("--json", default="", help="write the rows to this file")
+    parser.add_argument("--jsonl", default="",
+                        help="append each row to this file as it is measured (a run cut short keeps its rows)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --jsonl: skip the cases the file already has rows for")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile (faster)")
     parser.add_argument("--no-autotune", action="store_true", help="fusewire with heuristic configs only")
     parser.add_argument("--no-benchmark-fusion", action="store_true", help="the fusion score alone decides fusions")
@@ -263,18 +280,30 @@ def main() -> None:
                         not args.no_benchmark_fusion)
     print(f"device {torch.cuda.get_device_name()} ({settings.target}), torch {torch.__version__}, "
           f"device-to-device copy {settings.copy_gbs:.0f} GB/s")
-    rows = []
+    rows = _read_rows(args.jsonl) if args.resume and args.jsonl else []
+    done = {row["case"] for row in rows}
     for name, run in selected_runs(args.set, [w for w in args.cases.split(",") if w], args.case_dir, args.min_bytes):
+        if name in done:
+            continue
         try:
             rows.append(run(settings))
         except Exception as exc:  # report and go on: one broken case must not hide the others
             rows.append({"case": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
         print(json.dumps(rows[-1]), flush=True)
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "copy_GBs": settings.copy_gbs, "set": args.set,
                        "rows": rows}, f, indent=1)
     _print_table(rows)
+
+
+def _read_rows(path: str) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def _print_table(rows: list[dict]) -> None:

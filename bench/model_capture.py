@@ -5,15 +5,19 @@ on fake tensors: nothing is computed and no tensor memory is allocated, at any s
         print(captured.name, len(captured.graph.nodes))
 
 How: the model is built on the meta device (no weights are allocated or initialized), cast to
-bf16 as bench/models.py casts it, and every parameter and buffer is swapped for a fake CPU tensor
+bf16 as bench/models.py casts it, and every parameter and buffer is swapped for a fake tensor
 of the same layout (tied weights stay tied). The step then runs under that FakeTensorMode through
 torch.compile with a backend that runs aot_autograd, as client/backend.py does, with forward and
-backward compilers that record each fx graph and hand it back unchanged. Fake CPU tensors, not
-meta ones: a model on meta tensors fails (transformers' caches build real CPU tensors). At tiny
-sizes these fake captures are the very graphs that captures on real tensors give (checked for
-every zoo model). They make the CPU's dispatch choices, though: scaled_dot_product_attention with
-a mask takes its math path (softmax kernels over [B, H, T, T]) where a GPU runs one fused-attention
-extern call; this PyTorch is a CPU build, so fake CUDA tensors cannot pick the GPU's kernels.
+backward compilers that record each fx graph and hand it back unchanged. Fake tensors, not meta
+ones: a model on meta tensors fails (transformers' caches build real CPU tensors).
+
+The fake tensors are CUDA ones where the machine has a GPU (CAPTURE_DEVICE), so dispatch makes the
+GPU's choices: one fused-attention extern call for scaled_dot_product_attention, float32 saved
+statistics for bf16 batch and layer norms. A CPU build of PyTorch can only fake CPU tensors, and
+the CPU's choices differ (SDPA with a mask takes its math path; norms save bf16 statistics, which
+CUDA's backward kernels refuse): bench/cases is captured on the GPU machine, the tiny twin in CI on
+the CPU. At tiny sizes these fake captures are the very graphs that captures on real tensors give
+(checked for every zoo model on the CPU).
 
 Sources: the zoo's models (tests/models/zoo.py: forward, loss and backward of one step), and two
 that are not transformers, forward graphs only: a CNN normalization block (Conv2d + BatchNorm2d in
@@ -45,6 +49,9 @@ from compiler.graph import Graph  # noqa: E402
 from zoo import ZOO, build, make_batch, step_loss  # noqa: E402
 
 BF16 = torch.bfloat16
+# Fake tensors on the GPU where there is one, so that dispatch makes the GPU's choices (fused
+# attention, float32 saved statistics of bf16 norms); a CPU build can only fake CPU tensors.
+CAPTURE_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass
@@ -144,7 +151,7 @@ def run_compiled(step: Callable[[Callable], None], compiled_of: Any, mode: Conte
 
 
 def fake_module(model: nn.Module, mode: FakeTensorMode) -> nn.Module:
-    """Swaps every parameter and buffer of `model` (built on meta) for a fake CPU tensor of the
+    """Swaps every parameter and buffer of `model` (built on meta) for a fake tensor of the
     same shape, strides and dtype; a tensor shared by two modules (tied weights) stays shared."""
     fakes: dict[int, torch.Tensor] = {}
 
@@ -166,11 +173,11 @@ def fake_module(model: nn.Module, mode: FakeTensorMode) -> nn.Module:
 
 def fake_tensor(shape: Sequence[int], dtype: torch.dtype, mode: FakeTensorMode,
                 stride: Sequence[int] | None = None) -> torch.Tensor:
-    """An uninitialized fake CPU tensor (no memory behind it)."""
+    """An uninitialized fake tensor on CAPTURE_DEVICE (no memory behind it)."""
     with mode:
         if stride is None:
-            return torch.empty(tuple(shape), dtype=dtype, device="cpu")
-        return torch.empty_strided(tuple(shape), tuple(stride), dtype=dtype, device="cpu")
+            return torch.empty(tuple(shape), dtype=dtype, device=CAPTURE_DEVICE)
+        return torch.empty_strided(tuple(shape), tuple(stride), dtype=dtype, device=CAPTURE_DEVICE)
 
 
 # ---------------------------------------------------------------------------------
@@ -184,8 +191,7 @@ def capture_zoo_model(name: str, size: str) -> list[CapturedGraph]:
         model = build(name, size).to(dtype=BF16)
     mode = FakeTensorMode()
     fake_module(model, mode)
-    with mode:
-        batch = make_batch(name, size)  # fake ids and labels, or images and classes
+    batch = {key: fake_tensor(value.shape, value.dtype, mode) for key, value in make_batch(name, size).items()}
 
     def step(compiled: Callable) -> None:
         step_loss(compiled, name, batch).backward()

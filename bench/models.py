@@ -5,8 +5,9 @@ worker, the API; started here unless --url is given).
     python bench/models.py [--models gpt2,llama] [--modes eager,inductor,fusewire] [--steps 20] [--json out.json]
 
 Modes: eager, inductor, fusewire; `-cudagraphs` after inductor or fusewire replays CUDA graphs
-(Inductor's mode="reduce-overhead", fusewire's cuda_graphs=True), `-min_cut` after fusewire uses
-the min-cut partitioner.
+(Inductor's mode="reduce-overhead", fusewire's cuda_graphs=True), `-save_all` after fusewire uses
+aot_autograd's default partition instead of the min-cut partitioner (fusewire's default;
+`-min_cut` names it explicitly, as runs before 2026-11-23 did).
 
 Each model runs in bf16 on CUDA. One step is forward, loss and backward of the compiled module
 (gradients set to None before each step; no optimizer, which stays outside the compiled module).
@@ -80,7 +81,7 @@ def host_profile(fn, top: int = 25) -> list:
     return sorted(rows, key=lambda r: -r[2])[:top]  # [where, calls per step, own ms per step, cumulative ms per step]
 
 
-def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str = "default",
+def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str = "min_cut",
             cprofile: bool = False, cuda_graphs: bool = False) -> dict:
     model = build(name, "bench").to(device="cuda", dtype=torch.bfloat16)
     batch = {k: v.cuda() for k, v in make_batch(name, "bench").items()}
@@ -141,9 +142,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument("--modes", default="eager,inductor,fusewire",
-                        help="eager, inductor, fusewire (aot_autograd's default partition); suffixes: "
-                             "-min_cut (fusewire with the min-cut rematerialization partitioner), -cudagraphs "
-                             "(fusewire's CUDA-graph mode; Inductor's mode='reduce-overhead'), e.g. fusewire-min_cut-cudagraphs")
+                        help="eager, inductor, fusewire (the min-cut partitioner); suffixes: -save_all "
+                             "(fusewire with aot_autograd's default partition), -cudagraphs (fusewire's CUDA-graph "
+                             "mode; Inductor's mode='reduce-overhead'), e.g. fusewire-save_all-cudagraphs")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--url", help="a running fusewire service (default: start one here)")
     parser.add_argument("--cprofile", action="store_true", help="add each mode's top host functions (cProfile)")
@@ -163,7 +164,7 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
                 try:
                     base, *suffixes = mode.split("-")
-                    partitioner = "min_cut" if "min_cut" in suffixes else "default"
+                    partitioner = "save_all" if "save_all" in suffixes else "min_cut"
                     row = measure(name, base, args.steps, url, partitioner, args.cprofile,
                                   cuda_graphs="cudagraphs" in suffixes) | {"mode": mode}
                 except Exception as exc:  # one model's failure is a result too; the rest still run

@@ -106,7 +106,7 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         variants += [{"XBLOCK": x, "RBLOCK": r, "num_warps": 8} for x, r in ((64, 128), (128, 64))]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
         variants = [{"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
-                    {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}]
+                    {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 128, "RBLOCK": 16, "num_warps": 8}]
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
     elif base["persistent"]:  # RBLOCK must cover the row; rows per program and warps may vary

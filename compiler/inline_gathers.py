@@ -1,18 +1,23 @@
-"""Recompute instead of materialize: a pointwise node whose output is only ever read through
-indirect indices (a gather, an embedding lookup, the target logit of a cross-entropy loss) is
-inlined into its readers, which evaluate its body at the gathered element, and the node itself
-is then dead.
+"""Recompute instead of materialize: a pointwise node is inlined into its readers, which
+evaluate its body at the element they read, and the node itself is then dead, when
 
-For cross-entropy this is the difference between writing and re-reading the whole
-[tokens x vocab] log-probability tensor and reading the logits once.
+- its output is only ever read through indirect indices (a gather, an embedding lookup, the
+  target logit of a cross-entropy loss): for cross-entropy this is the difference between
+  writing and re-reading the whole [tokens x vocab] log-probability tensor and reading the
+  logits once; or
+- it *widens*: it reads fewer bytes per element than it writes (a bf16 tensor cast to float32,
+  as the backward of a bf16 norm casts its input and incoming gradient). A reader in another
+  kernel then reads the narrow input instead of a float32 copy that need not exist.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
-from compiler.dependencies import ReadWrites, StarDep, extract_read_writes
-from compiler.indexing import Expr, ModularIndexing
+from compiler.dependencies import MemoryDep, ReadWrites, StarDep, extract_read_writes
+from compiler.graph import ITEMSIZES
+from compiler.indexing import Expr, ModularIndexing, index_symbol
 from compiler.ir import ComputeNode, Layout, Program
 
 MAX_INLINE_PASSES = 4
@@ -53,6 +58,7 @@ class _BufferUses:
         self.writers: dict[str, list] = {}
         self.position = {id(n): i for i, n in enumerate(program.nodes)}
         self.outputs = {o.buffer.name for o in program.outputs}
+        self.dtypes = {name: buffer.dtype for name, buffer in program.buffers.items()}
         for node in program.nodes:
             for buffer in read_writes[node.name].read_buffers():
                 self.readers.setdefault(buffer, []).append(node)
@@ -72,10 +78,28 @@ def _inlinable(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses)
     if not readers or any(not isinstance(r, ComputeNode) for r in readers):
         return False
     reads_by_readers = [d for r in readers for d in read_writes[r.name].reads if d.buffer == name]
-    if not all(isinstance(d, StarDep) for d in reads_by_readers):
+    if not all(isinstance(d, StarDep) for d in reads_by_readers) and not _widens(node, read_writes, uses):
         return False  # some reader reads it in order: fusion serves that better than recompute
     writers = [n for n in uses.writers.get(name, []) if n is not node]
     return not writers and _inputs_unchanged(node, readers, read_writes, uses)
+
+
+BROADCAST_REUSE = 8  # a load whose elements are each read for this many outputs or more comes from cache
+
+
+def _widens(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
+    """Whether the node reads fewer bytes per output element than it writes. Loads of values
+    broadcast over many outputs (a scalar, a per-row mean) cost nothing per element."""
+    written = ITEMSIZES[node.stores[0].buffer.dtype]
+    sizes = {index_symbol("x", i): size for i, size in enumerate(node.ranges)}
+    read = 0
+    for dep in read_writes[node.name].reads:
+        if not isinstance(dep, MemoryDep) or dep.buffer not in uses.dtypes:
+            return False
+        footprint = math.prod(sizes.get(symbol, 1) for symbol in dep.index.free_symbols)
+        if footprint * BROADCAST_REUSE > node.numel:
+            read += ITEMSIZES[uses.dtypes[dep.buffer]]
+    return read < written
 
 
 def _inputs_unchanged(producer: ComputeNode, readers: list, read_writes: dict[str, ReadWrites],

@@ -155,6 +155,20 @@ def _derive(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str
             mapping = _invert(node, index, kernel_index, bounds)
             if mapping is not None:
                 return mapping
+    return _same_space_mapping(node, mapped, by_name, bounds)
+
+
+def _same_space_mapping(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str, ComputeNode],
+                        bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
+    """A pointwise kernel's node whose loops and output order are those of a node already in it
+    takes the same mapping, whatever it reads: two results of one window (a pool's maximum and
+    its position) read the input at strided positions that no access inverts."""
+    if bounds[RINDEX] != 1:
+        return None
+    for name in mapped:
+        other = by_name[name]
+        if not other.is_reduction and other.ranges == node.ranges and memory_order(other) == memory_order(node):
+            return mapped[name]  # the same loop variables, laid onto the kernel the same way
     return None
 
 
@@ -174,6 +188,8 @@ def _invert_cached(space: tuple[tuple[sympy.Symbol, int], ...], access: Expr, ke
     """_invert for a node whose iteration space is `space` (all it depends on of the node)."""
     bounds = dict(bounds_items)
     symbols = [s for s, _ in space]
+    if all(size > 0 for _, size in space):  # x1 // 32 is 0 when x1 < 32: views leave such terms
+        access = simplify_index(access, dict(space))
     affine = affine_coefficients(access, symbols)
     if affine is None:
         return None

@@ -21,24 +21,35 @@ from compiler.indexing import unflatten
 from compiler.ir import ComputeNode, Layout, Program, Store
 
 SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
-MIN_PROGRAMS = 512  # below this many output rows a reduction is worth splitting
-MIN_CHUNK = 1024  # each partial still reduces at least this many elements
+MIN_CHUNK = 1024  # each partial of a row reduction still reduces at least this many contiguous elements
+MIN_OUTER_CHUNK = 128  # rows per partial of a column reduction (a program already covers OUTER_XBLOCK columns)
 OUTER_XBLOCK = 64  # columns per program of an outer reduction (codegen/heuristics.py)
-MIN_ELEMENTS = 1 << 18  # smaller reductions run fast enough whole (and stay fusable with their row's work)
+# The cost model that picks the factor, for the GPUs fusewire targets (an H100 or H200: 132 SMs):
+FULL_PROGRAMS = 264  # programs in flight that keep the memory system busy (two per SM)
+ELEMENTS_PER_US = 1_500_000  # bf16 elements streamed per microsecond at ~3 TB/s
+LAUNCH_US = 3.0  # what the second kernel of a split costs beyond its bytes (launch, tail, partials)
+MAX_FACTOR = 1024
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
 
 def split_factor(numel: int, rnumel: int, outer: bool = False) -> int:
-    """How many chunks to cut each row into (1 = do not split).
+    """How many chunks to cut each row into (1 = do not split): the factor with the least
+    estimated time, where too few programs leave bandwidth unused and a split adds a kernel.
 
     An outer reduction already spreads its outputs over programs of OUTER_XBLOCK columns."""
     programs = -(-numel // OUTER_XBLOCK) if outer else numel
-    if programs >= MIN_PROGRAMS or rnumel < 2 * MIN_CHUNK or numel * rnumel < MIN_ELEMENTS:
-        return 1
-    factor = 1
-    while programs * factor < MIN_PROGRAMS and rnumel // (factor * 2) >= MIN_CHUNK:
+    min_chunk = MIN_OUTER_CHUNK if outer else MIN_CHUNK
+
+    def estimated_us(factor: int) -> float:
+        busy = min(1.0, programs * factor / FULL_PROGRAMS)
+        return numel * rnumel / ELEMENTS_PER_US / busy + (LAUNCH_US if factor > 1 else 0.0)
+
+    best, factor = 1, 2
+    while factor <= MAX_FACTOR and rnumel // factor >= min_chunk:
+        if estimated_us(factor) < estimated_us(best):
+            best = factor
         factor *= 2
-    return factor
+    return best
 
 
 def is_outer(node: ComputeNode) -> bool:

@@ -12,6 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
 from client.runtime import load
+from compiler import split_reductions
 from compiler.explain import describe
 from compiler.fx_import import from_fx, run_eager
 from tests.compare import assert_close_outputs
@@ -171,11 +172,13 @@ def test_large_reductions_with_few_outputs_are_split_in_two_kernels(fn, shape):
     (torch.float32, (4, 16, 64, 64)),   # 16 channels, 16,384 elements each: 16-way split
     (torch.bfloat16, (4, 24, 48, 60)),  # 11,520 elements each, not a power of two
 ])
-def test_batch_norm_statistics_over_n_h_w_are_split_into_equal_chunks(dtype, shape):
+def test_batch_norm_statistics_over_n_h_w_are_split_into_equal_chunks(dtype, shape, monkeypatch):
     """Training-mode BatchNorm: a welford reduction with one output per channel splits into chunk
     statistics and their combination (mean of means, M2 by the parallel formula). Output and running
     statistics are checked against a float64 run by Inductor's rule (error at most twice eager's),
-    on data whose mean is far from zero, where a naive sum-of-squares variance would lose digits."""
+    on data whose mean is far from zero, where a naive sum-of-squares variance would lose digits.
+    A split kernel is free here, so that CPU-sized channels split as a GPU's big ones do."""
+    monkeypatch.setattr(split_reductions, "LAUNCH_US", 0.0)
     channels = shape[1]
 
     def fn(x, weight, bias, running_mean, running_var):
@@ -224,3 +227,79 @@ def test_wide_rows_use_an_online_softmax(fn, loops):
     source = artifact.kernel_source(artifact.manifest["kernels"][0])
     assert "_sum * " in source and source.count("for roffset") == loops
 
+
+
+@pytest.mark.parametrize("numel, rnumel, outer, split", [
+    (256, 6272, False, False),     # ResNet's BatchNorm at 14x14: enough channels, a split only adds a kernel
+    (64, 32 * 112 * 112, False, True),  # 64 channels of 401K elements: far too few programs
+    (768, 4096, True, True),       # a bias gradient: a column sum of a tall matrix
+    (4096, 32000, False, False),   # cross-entropy rows: plenty of programs
+    (1, 1 << 20, False, True),     # a whole tensor to one value
+    (1, 4096, False, False),       # too short to be worth a second kernel
+])
+def test_split_factor_weighs_unused_bandwidth_against_a_second_kernel(numel, rnumel, outer, split):
+    factor = split_reductions.split_factor(numel, rnumel, outer)
+    assert (factor > 1) == split
+    if split:
+        chunk = split_reductions.MIN_OUTER_CHUNK if outer else split_reductions.MIN_CHUNK
+        assert rnumel // factor >= chunk
+        assert -(-numel // (split_reductions.OUTER_XBLOCK if outer else 1)) * factor >= split_reductions.FULL_PROGRAMS
+
+
+def test_looped_welford_with_a_partial_last_step_matches_float64():
+    """Looped welford (rows longer than a block, the last step masked): one reciprocal of the step
+    number per step replaces a division per element; mean far from zero. CPU eager accumulates
+    in double here (error ~1e-8), so the floor is float32's: a wrong weight or a mishandled tail
+    step errs by 1e-3 or more."""
+    def fn(x):
+        return torch.var_mean(x, dim=(0, 2, 3), correction=0)
+
+    x = torch.randn(4, 3, 40, 50) * 3 + 50  # 3 rows of 8,000 elements: not split, not a multiple of a block
+    artifact = compiler.compile(from_fx(make_fx(fn)(x), [x]), "cpu")
+    assert any("for roffset" in artifact.kernel_source(k) for k in artifact.manifest["kernels"])
+    exact = fn(x.double())
+    for got, theirs, want in zip(load(artifact)(x), fn(x), exact):
+        error = lambda t: ((t.double() - want).norm() / want.norm()).item()  # noqa: E731
+        assert error(got) <= 2 * error(theirs) + 1e-5, (error(got), error(theirs))
+
+
+def test_a_cast_input_is_read_again_not_stored_and_reloaded_by_a_later_loop():
+    """log_softmax of a bf16 tensor cast to float32 over rows too long for one block: the second
+    and third loops read the bf16 input again and cast it, rather than writing a float32 copy in
+    the first loop and reading it back (twice the bytes, and a buffer that need not exist)."""
+    def fn(x):
+        return torch.log_softmax(x.float(), -1)
+
+    x = torch.randn(5, 3000).to(torch.bfloat16)
+    artifact = compile_and_check(fn, x)
+    (kernel,) = artifact.manifest["kernels"]
+    source = artifact.kernel_source(kernel)
+    assert source.count("for roffset") >= 2 and source.count("tl.store(") == 1
+    assert sum(meta["numel"] >= x.numel() for meta in artifact.plan["buffers"].values()) == 1  # the output
+
+
+def test_a_stored_value_with_wider_inputs_is_read_back_not_recomputed():
+    """The other side of the rule: a float32 sum of two float32 inputs reads 8 bytes per element
+    to save reading 4 back, so the later loop loads it."""
+    def fn(a, b):
+        s = a + b
+        return s / s.sum(-1, keepdim=True), s
+
+    a, b = torch.rand(4, 3000), torch.rand(4, 3000)
+    artifact = compile_and_check(fn, a, b)
+    (kernel,) = artifact.manifest["kernels"]
+    second_loop = artifact.kernel_source(kernel).split("for roffset")[2]
+    assert second_loop.count("tl.load(") == 1
+
+
+def test_group_norm_is_one_kernel_with_its_saved_statistics():
+    """GroupNorm's statistics (over channels of a group and the spatial dims), the normalized output
+    and the bf16 casts of mean and rstd it saves all map onto one looped kernel: the channel index
+    of the output is split into (group, channel in group) by simplifying the view's index terms."""
+    def fn(x, weight, bias):
+        return torch.ops.aten.native_group_norm(x, weight, bias, 2, 8, 40 * 36, 4, 1e-5)
+
+    x = torch.randn(2, 8, 40, 36).to(torch.bfloat16) * 2 + 3
+    weight, bias = torch.randn(8).to(torch.bfloat16), torch.randn(8).to(torch.bfloat16)
+    artifact = compile_and_check(fn, x, weight, bias)
+    assert len(artifact.manifest["kernels"]) == 1

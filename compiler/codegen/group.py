@@ -9,10 +9,15 @@ looped kernel, and one straight pass over registers in a persistent one.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+import sympy
+
 from compiler.codegen.kernel import KernelWriter, LoadLine, StoreLine
 from compiler.codegen.online_softmax import find_online_pairs
 from compiler.codegen.triton_helpers import HELPERS, PORTABLE_MATH
 from compiler.dependencies import ReadWrites
+from compiler.indexing import RINDEX
 from compiler.ir import ComputeNode
 from compiler.scheduler import KernelGroup
 
@@ -65,8 +70,51 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
                 accumulate = "float32" if node.reduction_type == "welford" and value.dtype != "float64" else value.dtype
                 pending_reductions.append((node, writer.reduce(node.reduction_type, value, accumulate)))
             else:
+                recompute = None
+                if kind == "r" and not writer.persistent and _cheaper_to_recompute(node, group, read_writes, writer):
+                    recompute = lambda node=node, index=index, rindex=rindex: node.body(writer, index, rindex)
                 for store in node.stores:
-                    writer.store(store.buffer.name, store.layout.index(index), value)
+                    writer.store(store.buffer.name, store.layout.index(index), value, recompute)
+
+
+ITEM_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2,
+              "int8": 1, "uint8": 1, "bool": 1}
+
+
+def _cheaper_to_recompute(node: ComputeNode, group: KernelGroup, read_writes: dict[str, ReadWrites],
+                          writer: KernelWriter) -> bool:
+    """Whether a later loop of a looped kernel should evaluate this pointwise node again rather
+    than read back what it stored: when the loads it makes per reduction element take no more
+    bytes than one element of its output (a bf16 input cast to float32: the float32 copy need
+    not exist at all). Loads of one value per row (targets, row results) and of constants cost nothing."""
+    written = [ITEM_BYTES.get(writer.buffer_dtypes[b], 8) for b in read_writes[node.name].write_buffers()]
+    if not written:
+        return False
+    counter = _LoadCounter(writer.buffer_dtypes)
+    index, rindex = group.mapping.index_of(node)
+    node.body(counter, index, rindex)
+    return counter.bytes_per_element <= min(written)
+
+
+class _LoadCounter:
+    """An ops handler that only adds up the bytes of the loads that differ along the reduction."""
+
+    def __init__(self, dtypes: dict[str, str]) -> None:
+        self.dtypes = dtypes
+        self.bytes_per_element = 0
+
+    def load(self, buffer: str, index: Any) -> None:
+        if RINDEX in getattr(index, "free_symbols", ()):
+            self.bytes_per_element += ITEM_BYTES.get(self.dtypes[buffer], 8)
+
+    def masked(self, mask: Any, body: Callable[[], Any], other: Any) -> None:
+        body()
+
+    def indirect(self, value: Any, size: int) -> sympy.Symbol:
+        return sympy.Symbol(f"indirect{id(value)}", integer=True, nonnegative=True)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
 
 
 def dropped_stores(writer: KernelWriter, group: KernelGroup) -> set[str]:

@@ -66,8 +66,10 @@ def _inner_config(shape: KernelShape) -> dict:
 
 
 def _outer_config(shape: KernelShape) -> dict:
+    columns = next_power_of_2(shape.numel)
+    if next_power_of_2(shape.rnumel) <= 64:  # a few rows: a wide block of columns, ~2K elements per program
+        rblock = next_power_of_2(shape.rnumel)
+        xblock = min(columns, 1024, max(32, 2048 // rblock))
+        return _config(xblock, rblock, 4 if xblock * rblock <= 2048 else 8, True) | {"outer": True}
     # 32 columns x 64 rows per step measured best for a column sum of 8192x4096 fp32 on an H200
-    xblock = min(next_power_of_2(shape.numel), 32)
-    if next_power_of_2(shape.rnumel) <= 64:
-        return _config(xblock, next_power_of_2(shape.rnumel), 4, True) | {"outer": True}
-    return _config(xblock, 64, 4, False) | {"outer": True}
+    return _config(min(columns, 32), 64, 4, False) | {"outer": True}

@@ -70,7 +70,8 @@ class KernelWriter(TritonMathOps):
         self.pointers: dict[str, str] = {}  # buffer name -> kernel argument name
         self.helpers: set[str] = set()
         self.missed_loads: set[str] = set()  # group-written buffers that had to be read from memory
-        self._stored: dict[tuple[str, str], tuple[Var, int]] = {}
+        self._stored: dict[str | tuple[str, str], tuple[Var, int]] = {}  # by buffer or (buffer, offset text)
+        self._recompute: dict[str | tuple[str, str], Callable[[], Var]] = {}
         self._masks: list[str] = []
         self._counter = 0
         self._index_vars: dict[Expr, str] = {}
@@ -142,9 +143,16 @@ class KernelWriter(TritonMathOps):
     def load(self, buffer: str, index: Expr) -> Var:
         index = simplify_index(index, self.bounds)
         offset = self._index_text(index)
-        stored = self._stored.get((buffer, offset))
+        # The group's mapping checked that a read of a buffer the group writes reads, at every
+        # kernel point, the element written there, even where the two index texts differ
+        # (the scheduler's `_check_consistent`): such a load is the stored value.
+        key = buffer if buffer in self.group_writes else (buffer, offset)
+        stored = self._stored.get(key)
         if stored is not None and self._visible(stored[1]) and not self._masks:
             return stored[0]
+        recompute = self._recompute.get(key)
+        if recompute is not None and not self._masks:
+            return self._as_stored(recompute(), self.buffer_dtypes[buffer])
         if buffer in self.group_writes:
             self.missed_loads.add(buffer)
         dtype = self.buffer_dtypes[buffer]
@@ -164,17 +172,26 @@ class KernelWriter(TritonMathOps):
             return f"_fw_round_to_bf16({value}).to(tl.bfloat16)"
         return f"{value}.to({TL_DTYPES[dtype]})"
 
-    def store(self, buffer: str, index: Expr, value: Var) -> None:
+    def store(self, buffer: str, index: Expr, value: Var, recompute: Callable[[], Var] | None = None) -> None:
+        """`recompute`: evaluates the stored value again in the current section; a load of this
+        element from a later section that cannot see the value in registers (the next loop of a
+        looped kernel) calls it instead of reading the buffer back."""
         dtype = self.buffer_dtypes[buffer]
         offset = self.index(index)
         cast = self.cast(value, dtype)
         self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {offset}, {cast}, {self.section.mask})"))
-        # a later load of this element sees the stored value (rounded to the buffer's dtype)
+        key = buffer if buffer in self.group_writes else (buffer, offset)
+        self._stored[key] = (self._as_stored(value, dtype), len(self.sections) - 1)
+        if recompute is not None:
+            self._recompute[key] = recompute
+
+    def _as_stored(self, value: Var, dtype: str) -> Var:
+        """`value` as a load of it from a `dtype` buffer would see it (rounded to the buffer's dtype)."""
         if dtype in ("bfloat16", "float16") and value.dtype != dtype:
-            value = self.emit(f"{self.cast(value, dtype)}.to(tl.float32)", "float32")
-        elif value.dtype != dtype:
-            value = self.emit(f"{value}.to({TL_DTYPES[dtype]})", dtype)
-        self._stored[(buffer, offset)] = (value, len(self.sections) - 1)
+            return self.emit(f"{self.cast(value, dtype)}.to(tl.float32)", "float32")
+        if value.dtype != dtype:
+            return self.emit(f"{value}.to({TL_DTYPES[dtype]})", dtype)
+        return value
 
     def constant(self, value: Any, dtype: str) -> Var:
         dtype = "float32" if dtype in ("bfloat16", "float16") else dtype
@@ -321,7 +338,10 @@ class KernelWriter(TritonMathOps):
         self.section.lines += [
             f"{acc}_delta = {value} - {acc}_mean",
             f"{acc}_weight_next = {acc}_weight + 1",
-            f"{acc}_mean_next = {acc}_mean + {acc}_delta / {acc}_weight_next",
+            # every lane that updates at this step has seen exactly one element per earlier step
+            # (only the last step's tail is masked), so its new weight is the step number: one
+            # reciprocal per step instead of a division per element
+            f"{acc}_mean_next = {acc}_mean + {acc}_delta * (1.0 / (roffset // RBLOCK + 1))",
             f"{acc}_m2 = tl.where(rxmask, {acc}_m2 + {acc}_delta * ({value} - {acc}_mean_next), {acc}_m2)",
             f"{acc}_mean = tl.where(rxmask, {acc}_mean_next, {acc}_mean)",
             f"{acc}_weight = tl.where(rxmask, {acc}_weight_next, {acc}_weight)",

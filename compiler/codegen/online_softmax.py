@@ -9,7 +9,7 @@ both bodies under `ExpressionRecorder`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from compiler.indexing import simplify_index
 from compiler.ir import ComputeNode
@@ -17,13 +17,20 @@ from compiler.loop_mapping import GroupMapping
 
 
 class ExpressionRecorder:
-    """An ops handler whose values are hashable expression trees."""
+    """An ops handler whose values are hashable expression trees. A load of an element that a
+    pointwise node of the group computes (`producers`: buffer -> (index, that node's tree)) is
+    that node's tree: the kernel evaluates such values again rather than reading them back."""
 
     def __init__(self, bounds: dict) -> None:
         self.bounds = bounds
+        self.producers: dict[str, tuple[str, Callable[[], Any]]] = {}
 
-    def load(self, buffer: str, index: Any) -> tuple:
-        return ("load", buffer, str(simplify_index(index, self.bounds)))
+    def load(self, buffer: str, index: Any) -> Any:
+        where = str(simplify_index(index, self.bounds))
+        producer = self.producers.get(buffer)
+        if producer is not None and producer[0] == where:
+            return producer[1]()
+        return ("load", buffer, where)
 
     def to_dtype(self, value: Any, dtype: str) -> Any:
         if isinstance(value, tuple) and value[0] == "to_dtype" and value[2] == dtype:
@@ -52,6 +59,13 @@ def _strip_cast(tree: Any) -> Any:
 def find_online_pairs(nodes: list[ComputeNode], mapping: GroupMapping) -> dict[str, str]:
     """{max node name: sum node name} for every max/sum pair that can share one loop."""
     recorder = ExpressionRecorder(mapping.bounds)
+    for node in nodes:
+        if not node.is_reduction:
+            index, rindex = mapping.index_of(node)
+            for store in node.stores:
+                where = str(simplify_index(store.layout.index(index), mapping.bounds))
+                recorder.producers[store.buffer.name] = (
+                    where, lambda node=node, index=index, rindex=rindex: node.body(recorder, index, rindex))
     values: dict[str, Any] = {}
     for node in nodes:
         if node.reduction_type in ("max", "sum") and len(node.stores) == 1:

@@ -33,7 +33,7 @@ from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, p
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
 
 # The modules below fill registry.LOWERINGS when imported.
-from compiler.lowering import pointwise, reductions, shapes, composite, indexing  # noqa: F401,E402
+from compiler.lowering import pointwise, reductions, shapes, composite, indexing, pooling  # noqa: F401,E402
 
 __all__ = ["lower", "LoweringError"]
 

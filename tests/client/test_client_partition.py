@@ -39,7 +39,7 @@ def backward_inputs(partitioner: str) -> list[tuple[tuple[int, ...], torch.dtype
 
 
 def test_min_cut_saves_the_logits_not_fp32_log_probabilities():
-    default, min_cut = backward_inputs("default"), backward_inputs("min_cut")
+    default, min_cut = backward_inputs("save_all"), backward_inputs("min_cut")
     wide_fp32 = ((ROWS, VOCAB), torch.float32)
     assert wide_fp32 in default  # the default partition saves the log-probabilities
     assert wide_fp32 not in min_cut
@@ -48,6 +48,6 @@ def test_min_cut_saves_the_logits_not_fp32_log_probabilities():
 
 
 def test_the_default_partition_passes_nothing_to_aot_autograd():
-    assert partition_options("default") == {}
+    assert partition_options("save_all") == {}
     options = partition_options("min_cut")
     assert options["partition_fn"] is not None and torch.ops.aten._log_softmax.default in options["decompositions"]
