@@ -14,6 +14,9 @@ must move (each input read once, each output written once; for model cases the c
 case file's header); %copy compares it with a measured device-to-device copy.
 
     python bench/kernels.py [--set corpus|models] [--cases softmax,layer_norm] [--json out.json]
+    python bench/kernels.py --set models --jsonl rows.jsonl [--resume]   # rows written as measured; resume a cut run
+
+Model cases run in a fixed shuffled order, so a run cut short still samples every model.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ def inline_gathered_producers(program: Program) -> dict[str, ReadWrites] | None:
             store = producer.stores[0]
             for reader in uses.readers.get(store.buffer.name, []):
                 reader.body = _with_inlined(reader.body, store.buffer.name, store.layout, producer)
+                # the reader now does the producer's work: kernel names and explain say so
+                reader.origins = list(dict.fromkeys(producer.origins + reader.origins))
         # gone at once, not left to dead-node elimination: their own inputs may be inlinable next pass
         inlined = {id(n) for n in candidates}
         program.nodes[:] = [n for n in program.nodes if id(n) not in inlined]
@@ -72,7 +74,7 @@ def _inlinable(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses)
     store = node.stores[0]
     name = store.buffer.name
     if store.buffer.kind != "computed" or store.layout.size != store.buffer.layout.size or \
-            name in uses.outputs or not store.layout.is_dense():
+            name in uses.outputs or not store.layout.is_dense() or 0 in store.layout.size:
         return False
     readers = uses.readers.get(name, [])
     if not readers or any(not isinstance(r, ComputeNode) for r in readers):
@@ -85,6 +87,10 @@ def _inlinable(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses)
 
 
 BROADCAST_REUSE = 8  # a load whose elements are each read for this many outputs or more comes from cache
+# Work that a widening producer's readers would repeat per element: too dear to recompute everywhere
+# (a rotary table's sin and cos built from an arange widens, and is better read from memory).
+COSTLY_OPS = frozenset({"exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sigmoid",
+                        "erf", "erfinv", "pow", "atan2", "asin", "acos", "atan", "sinh", "cosh", "lgamma"})
 
 
 def _widens(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
@@ -99,7 +105,32 @@ def _widens(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _Buffer
         footprint = math.prod(sizes.get(symbol, 1) for symbol in dep.index.free_symbols)
         if footprint * BROADCAST_REUSE > node.numel:
             read += ITEMSIZES[uses.dtypes[dep.buffer]]
-    return read < written
+    return read < written and not (_ops_used(node) & COSTLY_OPS)
+
+
+def _ops_used(node: ComputeNode) -> set[str]:
+    recorder = _OpRecorder()
+    node.body(recorder, [index_symbol("x", i) for i in range(len(node.ranges))], [])
+    return recorder.used
+
+
+class _OpRecorder:
+    """An ops handler that only notes which ops a body calls."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def masked(self, mask: Any, body: Callable[[], Any], other: Any) -> None:
+        self.used.add("masked")
+        body()
+
+    def indirect(self, value: Any, size: int) -> Any:
+        self.used.add("indirect")
+        return index_symbol("indirect", 0)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        self.used.add(name)
+        return lambda *args, **kwargs: None
 
 
 def _inputs_unchanged(producer: ComputeNode, readers: list, read_writes: dict[str, ReadWrites],

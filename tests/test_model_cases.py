@@ -128,7 +128,8 @@ def tolerance(a: torch.dtype, b: torch.dtype) -> float:
 
 
 def test_picked_cases_compile_and_match_eager(case_set):
-    picked = [next(c for c in case_set.cases if pick in c.name) for pick in PICKS]
+    picked = [next(c for c in case_set.cases if pick in c.name or any(pick in n.target for n in c.graph.nodes))
+              for pick in PICKS]  # a name lists at most four ops: a case may hold the op unnamed
     for case in picked:
         inputs = case_inputs(case, seed=1)
         expected = run_eager(case.graph, inputs)

@@ -303,3 +303,22 @@ def test_group_norm_is_one_kernel_with_its_saved_statistics():
     weight, bias = torch.randn(8).to(torch.bfloat16), torch.randn(8).to(torch.bfloat16)
     artifact = compile_and_check(fn, x, weight, bias)
     assert len(artifact.manifest["kernels"]) == 1
+
+
+def test_widening_casts_are_recomputed_by_their_readers_not_stored(monkeypatch):
+    """A bf16 BatchNorm backward computes in float32: it casts its input and incoming gradient up;
+    the statistics kernel and the gradient kernel each read the bf16 tensors again rather than one
+    writing float32 copies for the other to read back. (CPU eager wants bf16 saved statistics.)"""
+    def fn(grad, x, weight, mean, invstd):
+        return torch.ops.aten.native_batch_norm_backward(grad, x, weight, None, None, mean, invstd, True, 1e-5,
+                                                         [True, True, True])
+
+    monkeypatch.setattr(split_reductions, "LAUNCH_US", 0.0)  # split the statistics, as a GPU's big ones are
+    x = (torch.randn(4, 6, 32, 32) * 2 + 1).to(torch.bfloat16)
+    grad = torch.randn(4, 6, 32, 32).to(torch.bfloat16)
+    weight, mean, invstd = [t.to(torch.bfloat16) for t in (torch.randn(6), torch.randn(6), torch.rand(6) + 0.5)]
+    artifact = compile_and_check(fn, grad, x, weight, mean, invstd)
+    assert len(artifact.manifest["kernels"]) > 1
+    wide = [name for name, meta in artifact.plan["buffers"].items()
+            if meta["numel"] >= x.numel() and meta["dtype"] == "float32"]
+    assert not wide, wide
