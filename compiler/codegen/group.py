@@ -9,14 +9,11 @@ looped kernel, and one straight pass over registers in a persistent one.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import sympy
-
 from compiler.codegen.kernel import KernelWriter, LoadLine, StoreLine
 from compiler.codegen.online_softmax import find_online_pairs
 from compiler.codegen.triton_helpers import HELPERS, PORTABLE_MATH
-from compiler.dependencies import ReadWrites
+from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.graph import ITEMSIZES
 from compiler.indexing import RINDEX
 from compiler.ir import ComputeNode
 from compiler.scheduler import KernelGroup
@@ -77,44 +74,19 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
                     writer.store(store.buffer.name, store.layout.index(index), value, recompute)
 
 
-ITEM_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2,
-              "int8": 1, "uint8": 1, "bool": 1}
-
-
 def _cheaper_to_recompute(node: ComputeNode, group: KernelGroup, read_writes: dict[str, ReadWrites],
                           writer: KernelWriter) -> bool:
     """Whether a later loop of a looped kernel should evaluate this pointwise node again rather
     than read back what it stored: when the loads it makes per reduction element take no more
     bytes than one element of its output (a bf16 input cast to float32: the float32 copy need
     not exist at all). Loads of one value per row (targets, row results) and of constants cost nothing."""
-    written = [ITEM_BYTES.get(writer.buffer_dtypes[b], 8) for b in read_writes[node.name].write_buffers()]
+    written = [ITEMSIZES[writer.buffer_dtypes[b]] for b in read_writes[node.name].write_buffers()]
     if not written:
         return False
-    counter = _LoadCounter(writer.buffer_dtypes)
-    index, rindex = group.mapping.index_of(node)
-    node.body(counter, index, rindex)
-    return counter.bytes_per_element <= min(written)
-
-
-class _LoadCounter:
-    """An ops handler that only adds up the bytes of the loads that differ along the reduction."""
-
-    def __init__(self, dtypes: dict[str, str]) -> None:
-        self.dtypes = dtypes
-        self.bytes_per_element = 0
-
-    def load(self, buffer: str, index: Any) -> None:
-        if RINDEX in getattr(index, "free_symbols", ()):
-            self.bytes_per_element += ITEM_BYTES.get(self.dtypes[buffer], 8)
-
-    def masked(self, mask: Any, body: Callable[[], Any], other: Any) -> None:
-        body()
-
-    def indirect(self, value: Any, size: int) -> sympy.Symbol:
-        return sympy.Symbol(f"indirect{id(value)}", integer=True, nonnegative=True)
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
+    mapping, bounds = group.mapping.nodes[node.name], group.mapping.bounds
+    read = sum(ITEMSIZES[writer.buffer_dtypes[dep.buffer]] for dep in read_writes[node.name].reads
+               if not isinstance(dep, MemoryDep) or RINDEX in mapping.apply(dep.index, bounds).free_symbols)
+    return read <= min(written)
 
 
 def dropped_stores(writer: KernelWriter, group: KernelGroup) -> set[str]:

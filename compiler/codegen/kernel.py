@@ -143,10 +143,7 @@ class KernelWriter(TritonMathOps):
     def load(self, buffer: str, index: Expr) -> Var:
         index = simplify_index(index, self.bounds)
         offset = self._index_text(index)
-        # The group's mapping checked that a read of a buffer the group writes reads, at every
-        # kernel point, the element written there, even where the two index texts differ
-        # (the scheduler's `_check_consistent`): such a load is the stored value.
-        key = buffer if buffer in self.group_writes else (buffer, offset)
+        key = self._stored_key(buffer, offset)
         stored = self._stored.get(key)
         if stored is not None and self._visible(stored[1]) and not self._masks:
             return stored[0]
@@ -180,10 +177,16 @@ class KernelWriter(TritonMathOps):
         offset = self.index(index)
         cast = self.cast(value, dtype)
         self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {offset}, {cast}, {self.section.mask})"))
-        key = buffer if buffer in self.group_writes else (buffer, offset)
+        key = self._stored_key(buffer, offset)
         self._stored[key] = (self._as_stored(value, dtype), len(self.sections) - 1)
         if recompute is not None:
             self._recompute[key] = recompute
+
+    def _stored_key(self, buffer: str, offset: str) -> str | tuple[str, str]:
+        """The group's mapping checked that a read of a buffer the group writes reads, at every
+        kernel point, the element written there, even where the two index texts differ (the
+        scheduler's `_check_consistent`): such a buffer is one value, whatever the offset text."""
+        return buffer if buffer in self.group_writes else (buffer, offset)
 
     def _as_stored(self, value: Var, dtype: str) -> Var:
         """`value` as a load of it from a `dtype` buffer would see it (rounded to the buffer's dtype)."""

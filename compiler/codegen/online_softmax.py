@@ -17,20 +17,20 @@ from compiler.loop_mapping import GroupMapping
 
 
 class ExpressionRecorder:
-    """An ops handler whose values are hashable expression trees. A load of an element that a
-    pointwise node of the group computes (`producers`: buffer -> (index, that node's tree)) is
-    that node's tree: the kernel evaluates such values again rather than reading them back."""
+    """An ops handler whose values are hashable expression trees. A load of a buffer that a
+    pointwise node of the group computes (`producers`: buffer -> that node's tree) is that node's
+    tree, as in the kernel writer: the group's mapping made every read of it read the element
+    written at the same point, and the kernel evaluates such values again rather than reading them back."""
 
     def __init__(self, bounds: dict) -> None:
         self.bounds = bounds
-        self.producers: dict[str, tuple[str, Callable[[], Any]]] = {}
+        self.producers: dict[str, Callable[[], Any]] = {}
 
     def load(self, buffer: str, index: Any) -> Any:
-        where = str(simplify_index(index, self.bounds))
         producer = self.producers.get(buffer)
-        if producer is not None and producer[0] == where:
-            return producer[1]()
-        return ("load", buffer, where)
+        if producer is not None:
+            return producer()
+        return ("load", buffer, str(simplify_index(index, self.bounds)))
 
     def to_dtype(self, value: Any, dtype: str) -> Any:
         if isinstance(value, tuple) and value[0] == "to_dtype" and value[2] == dtype:
@@ -63,9 +63,8 @@ def find_online_pairs(nodes: list[ComputeNode], mapping: GroupMapping) -> dict[s
         if not node.is_reduction:
             index, rindex = mapping.index_of(node)
             for store in node.stores:
-                where = str(simplify_index(store.layout.index(index), mapping.bounds))
-                recorder.producers[store.buffer.name] = (
-                    where, lambda node=node, index=index, rindex=rindex: node.body(recorder, index, rindex))
+                recorder.producers[store.buffer.name] = \
+                    lambda node=node, index=index, rindex=rindex: node.body(recorder, index, rindex)
     values: dict[str, Any] = {}
     for node in nodes:
         if node.reduction_type in ("max", "sum") and len(node.stores) == 1:
