@@ -15,13 +15,18 @@ Per mode:
   first_step_s   the first step, compile included (fusewire: a cold compile on the service)
   hit_step_s     fusewire only: the first step again after torch._dynamo.reset() with an empty
                  local cache, so every artifact comes from the service's cache (a "service hit")
-  step_ms        median of --steps timed steps after 3 warm-up steps (CUDA-synchronized wall time)
+  step_ms        median of --steps timed steps after 3 warm-up steps (CUDA-synchronized wall time),
+                 taken in --rounds rounds that go through the modes in turn (side by side: a drift
+                 of the machine's speed during the run affects every mode alike)
   kernels        GPU kernels launched by one step (torch.profiler)
   gpu_ms         GPU time of one step's kernels, summed (torch.profiler)
-  host_ms        median CPU time to issue one step (no synchronization until it has returned)
+  host_ms        median CPU time to issue one step (no synchronization until it has returned), one
+                 per round
   top_kernels    the step's kernels with the most GPU time: name, ms per step, launches
-  peak_gib       peak GPU memory allocated over the whole mode (torch.cuda.max_memory_allocated)
-  steady_peak_gib  the same over the timed steps only (no compiles, no CUDA-graph captures)
+  peak_gib       peak GPU memory allocated while the mode was set up (compiles, first steps, CUDA-graph
+                 captures; torch.cuda.max_memory_allocated), the other modes' memory left out
+  steady_peak_gib  one step's peak as if the model were alone: other modes' gradients dropped, their
+                 parameters and caches left out
   fallbacks      graphs that ran eagerly (fusewire; on_error="raise" makes any fallback an error)
   loss           the first step's loss, a sanity check that the modes compute the same thing
 """
@@ -81,50 +86,116 @@ def host_profile(fn, top: int = 25) -> list:
     return sorted(rows, key=lambda r: -r[2])[:top]  # [where, calls per step, own ms per step, cumulative ms per step]
 
 
-def measure(name: str, mode: str, steps: int, url: str | None, partitioner: str = "min_cut",
-            cprofile: bool = False, cuda_graphs: bool = False) -> dict:
-    model = build(name, "bench").to(device="cuda", dtype=torch.bfloat16)
-    batch = {k: v.cuda() for k, v in make_batch(name, "bench").items()}
-    row: dict = {"model": name, "mode": mode}
-    backend = None
-    if mode == "eager":
-        runner = model
-    elif mode == "inductor":
-        runner = torch.compile(model, mode="reduce-overhead" if cuda_graphs else None)
-    else:
-        from client.backend import backend as fusewire_backend
+class Mode:
+    """One mode of one model, set up (compiled, first steps run) and ready to time."""
 
-        backend = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
-                                   timeout_s=900, partitioner=partitioner, cuda_graphs=cuda_graphs)
-        row["partitioner"] = partitioner
-        runner = torch.compile(model, backend=backend)
-    torch.manual_seed(1)
-    row["first_step_s"], loss = timed(lambda: one_step(runner, name, model, batch))
-    row["loss"] = float(loss)
-    if backend is not None:
-        row["fallbacks"] = backend.stats.get("fallbacks", 0)
-        row["backend_stats"] = dict(backend.stats)
-        torch._dynamo.reset()
-        hit = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
-                               partitioner=partitioner, cuda_graphs=cuda_graphs)
-        runner = torch.compile(model, backend=hit)
-        row["hit_step_s"], _ = timed(lambda: one_step(runner, name, model, batch))
-    for _ in range(3):
-        one_step(runner, name, model, batch)
-    warm_peak = torch.cuda.max_memory_allocated()
-    torch.cuda.reset_peak_memory_stats()  # the timed steps' own peak: the steady state, without compiles and captures
-    times = [timed(lambda: one_step(runner, name, model, batch))[0] * 1e3 for _ in range(steps)]
-    row["steady_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    row["step_ms"] = statistics.median(times)
-    row["host_ms"] = statistics.median(host_time_ms(lambda: one_step(runner, name, model, batch)) for _ in range(5))
-    row.update(profile_kernels(lambda: one_step(runner, name, model, batch)))
-    if cprofile:
-        row["host_profile"] = host_profile(lambda: one_step(runner, name, model, batch))
-    row["peak_gib"] = max(warm_peak, torch.cuda.max_memory_allocated()) / 2**30
-    if backend is not None:
-        row["hit_stats"], row["uncaptured"] = dict(hit.stats), dict(hit.uncaptured)  # the hit step and all after it
+    def __init__(self, name: str, mode: str, url: str | None, partitioner: str, cuda_graphs: bool) -> None:
+        self.name, self.mode = name, mode
+        self.model = build(name, "bench").to(device="cuda", dtype=torch.bfloat16)
+        self.batch = {k: v.cuda() for k, v in make_batch(name, "bench").items()}
+        self.row: dict = {"model": name, "mode": mode}
+        self.times: list[float] = []
+        self.hosts: list[float] = []
+        base = mode.split("-")[0]
+        self.backend = self.hit = None
+        if base == "eager":
+            self.runner = self.model
+        elif base == "inductor":
+            self.runner = torch.compile(self.model, mode="reduce-overhead" if cuda_graphs else None)
+        else:
+            from client.backend import backend as fusewire_backend
+
+            self.backend = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
+                                            timeout_s=900, partitioner=partitioner, cuda_graphs=cuda_graphs)
+            self.row["partitioner"] = partitioner
+            self.runner = torch.compile(self.model, backend=self.backend)
+        self.settings = dict(url=url, on_error="raise", partitioner=partitioner, cuda_graphs=cuda_graphs)
+
+    def step(self) -> torch.Tensor:
+        return one_step(self.runner, self.name, self.model, self.batch)
+
+    def set_up(self, resident: int) -> None:
+        """First step (the compile), the service hit for fusewire, three warm-up steps. `resident`:
+        the memory allocated before this mode's model was built (other modes'), left out of its peak."""
+        torch.manual_seed(1)
+        self.row["first_step_s"], loss = timed(self.step)
+        self.row["loss"] = float(loss)
+        if self.backend is not None:
+            self.row["fallbacks"] = self.backend.stats.get("fallbacks", 0)
+            self.row["backend_stats"] = dict(self.backend.stats)
+            from client.backend import backend as fusewire_backend
+
+            torch._dynamo.reset()  # every compiled frame: fusewire modes are set up before the others
+            self.hit = fusewire_backend(cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), **self.settings)
+            self.runner = torch.compile(self.model, backend=self.hit)
+            self.row["hit_step_s"], _ = timed(self.step)
+        for _ in range(3):
+            self.step()
+        self.row["peak_gib"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
+
+    def time_round(self, steps: int) -> None:
+        self.times += [timed(self.step)[0] * 1e3 for _ in range(steps)]
+        self.hosts.append(host_time_ms(self.step))
+
+    def steady_peak_gib(self, others: list["Mode"]) -> float:
+        """One step's peak as if this model were alone on the GPU: the other modes' gradients are
+        dropped first, and their resident memory (parameters, caches) is not counted."""
+        for mode in others:
+            for parameter in mode.model.parameters():
+                parameter.grad = None
+        for parameter in self.model.parameters():
+            parameter.grad = None
+        gc.collect()
+        torch.cuda.synchronize()
+        resident = torch.cuda.memory_allocated()
+        own = sum(t.numel() * t.element_size() for t in (*self.model.parameters(), *self.model.buffers()))
+        torch.cuda.reset_peak_memory_stats()
+        self.step()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - resident + own) / 2**30
+
+    def finish(self, others: list["Mode"], top_kernels: int, cprofile: bool) -> dict:
+        row = self.row
+        row["step_ms"] = statistics.median(self.times)
+        row["host_ms"] = statistics.median(self.hosts)
+        row["steady_peak_gib"] = self.steady_peak_gib(others)
+        row.update(profile_kernels(self.step, top=top_kernels))
+        if cprofile:
+            row["host_profile"] = host_profile(self.step)
+        if self.backend is not None:
+            row["hit_stats"], row["uncaptured"] = dict(self.hit.stats), dict(self.hit.uncaptured)
+        return row
+
+
+def measure_model(name: str, modes: list[str], steps: int, rounds: int, url: str | None,
+                  top_kernels: int = 8, cprofile: bool = False) -> list[dict]:
+    """Every mode of one model, timed side by side: set up one after the other (fusewire first: its
+    service-hit check resets dynamo), then `rounds` rounds in which each mode runs steps/rounds timed
+    steps and one host-time step, so a drift of the machine's speed affects all modes alike."""
+    ordered = sorted(modes, key=lambda m: not m.startswith("fusewire"))
+    set_up: list[Mode] = []
+    rows: dict[str, dict] = {}
+    for mode in ordered:
+        try:
+            suffixes = mode.split("-")[1:]
+            torch.cuda.reset_peak_memory_stats()
+            resident = torch.cuda.memory_allocated()
+            candidate = Mode(name, mode, url, "save_all" if "save_all" in suffixes else "min_cut",
+                             "cudagraphs" in suffixes)
+            candidate.set_up(resident)
+            set_up.append(candidate)
+        except Exception as exc:  # one mode's failure is a result too; the rest still run
+            rows[mode] = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+    for mode in set_up:  # a later mode's dynamo reset dropped an earlier one's frames: compiled again here
+        mode.step()
+    per_round = max(1, steps // rounds)
+    for _ in range(rounds):
+        for mode in set_up:
+            mode.time_round(per_round)
+    for mode in set_up:
+        rows[mode.mode] = mode.finish([m for m in set_up if m is not mode], top_kernels, cprofile)
     torch._dynamo.reset()
-    return row
+    return [rows[mode] for mode in modes]
 
 
 def start_stack(state_dir: Path):
@@ -146,8 +217,10 @@ def main() -> None:
                              "(fusewire with aot_autograd's default partition), -cudagraphs (fusewire's CUDA-graph "
                              "mode; Inductor's mode='reduce-overhead'), e.g. fusewire-save_all-cudagraphs")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds the timed steps are interleaved in")
     parser.add_argument("--url", help="a running fusewire service (default: start one here)")
     parser.add_argument("--cprofile", action="store_true", help="add each mode's top host functions (cProfile)")
+    parser.add_argument("--top-kernels", type=int, default=8, help="how many of a step's kernels (by GPU time) to list")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--state-dir", type=Path, help="the started stack's Redis data and logs (default: a temp dir)")
     args = parser.parse_args()
@@ -160,19 +233,11 @@ def main() -> None:
     rows = []
     try:
         for name in args.models.split(","):
-            for mode in modes:
-                torch.cuda.reset_peak_memory_stats()
-                try:
-                    base, *suffixes = mode.split("-")
-                    partitioner = "save_all" if "save_all" in suffixes else "min_cut"
-                    row = measure(name, base, args.steps, url, partitioner, args.cprofile,
-                                  cuda_graphs="cudagraphs" in suffixes) | {"mode": mode}
-                except Exception as exc:  # one model's failure is a result too; the rest still run
-                    row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+            for row in measure_model(name, modes, args.steps, args.rounds, url, args.top_kernels, args.cprofile):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                gc.collect()  # the mode's graphs and CUDA-graph pools go before the next mode's peak is measured
-                torch.cuda.empty_cache()
+            gc.collect()  # the model's graphs and CUDA-graph pools go before the next model's peak is measured
+            torch.cuda.empty_cache()
     finally:
         if stack is not None:
             stack.stop()

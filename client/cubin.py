@@ -45,8 +45,9 @@ class CubinKernel:
             raise RuntimeError(f"kernel {name} was built for sm_{arch}, this GPU is sm_{major}{minor}")
 
     def launcher(self, grid: tuple[int, int, int], use_hooks: bool = True) -> Callable[..., None]:
-        """`launch(stream, *pointers)` runs the kernel on `grid`; through Triton's launch hooks when some
-        are installed (a profiler's), unless `use_hooks` is False."""
+        """`launch(stream, *pointers)` runs the kernel on `grid`, the pointers given as ints (`data_ptr()`:
+        given tensors, Triton's launcher asks the driver about each pointer on every launch); through
+        Triton's launch hooks when some are installed (a profiler's), unless `use_hooks` is False."""
         from triton import knobs
         from triton.runtime import _allocation
 
@@ -54,7 +55,7 @@ class CubinKernel:
         compiled._init_handles()
         run = compiled.run  # Triton's CudaLauncher for this kernel
         if use_hooks and (_active(knobs.runtime.launch_enter_hook) or _active(knobs.runtime.launch_exit_hook)):
-            def launch_hooked(stream: int, *pointers: torch.Tensor) -> None:  # a profiler hook wants its metadata
+            def launch_hooked(stream: int, *pointers: int) -> None:  # a profiler hook wants its metadata
                 compiled[grid](*pointers, *constants, stream=stream)
             return launch_hooked
         c_launch = run.launch
@@ -67,11 +68,11 @@ class CubinKernel:
         head = (compiled.function, run.launch_cooperative_grid, run.launch_pdl)
         tail = (compiled.packed_metadata, None, None, None)
         if not run.global_scratch_size and not run.profile_scratch_size:
-            def launch(stream: int, *pointers: torch.Tensor) -> None:
+            def launch(stream: int, *pointers: int) -> None:
                 c_launch(x, y, z, stream, *head, None, None, *tail, *pointers, *constants)
             return launch
 
-        def launch_with_scratch(stream: int, *pointers: torch.Tensor) -> None:
+        def launch_with_scratch(stream: int, *pointers: int) -> None:
             global_scratch = scratch(run.global_scratch_size, run.global_scratch_align, _allocation._allocator, stream)
             profile_scratch = scratch(run.profile_scratch_size, run.profile_scratch_align,
                                       _allocation._profile_allocator, stream)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,6 +31,13 @@ ALIGNMENT = 16  # bytes: kernels were built assuming pointers aligned so (Triton
 if not torch.cuda.is_available():
     # Triton picks interpreter or compiler when it is imported: decide before anyone imports it.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+try:  # the C helpers Inductor's generated wrappers call: a view and an allocation without the dispatcher's overhead
+    from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda, _reinterpret_tensor
+except ImportError:  # pragma: no cover - older or newer torch: the public equivalents
+    _reinterpret_tensor = None
+    _empty_strided_cpu = _empty_strided_cuda = None
 
 
 class RuntimeError_(RuntimeError):
@@ -101,6 +109,7 @@ class CompiledGraph:
 
 
 _CPU = torch.device("cpu")
+_data_ptr = torch.Tensor.data_ptr
 Env = list  # a call's tensors, one slot per buffer of the plan
 Unplanned = dict  # buffer -> planned layout, for extern results unlike their plan (read by no kernel)
 
@@ -116,6 +125,8 @@ class _Program:
         self.inputs = len(self.slots)
         kernel_read = {name for step in plan["steps"] if step["op"] == "kernel" for name in step["args"]}
         constants = [(self._slot(name), tensor) for name, tensor in graph._constants_on(device).items()]
+        self._constant_buffers = {entry["buffer"] for entry in plan.get("constants", [])}
+        self._passed: set[str] = set()  # buffers an output hands out as they are (one output each)
         kernels = graph._kernels_on(device)
         self.steps = [self._prepare(step, kernels, kernel_read) for step in plan["steps"]]
         self.outputs = [self._output(o) for o in plan["outputs"]]
@@ -136,10 +147,15 @@ class _Program:
         for i in moved:  # kernels were built for aligned pointers: run on an aligned copy
             env[i] = torch.empty_strided(inputs[i].shape, inputs[i].stride(), dtype=inputs[i].dtype,
                                          device=self.device).copy_(inputs[i])
-        stream = torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
         unplanned: Unplanned = {}
-        for step in self.steps:
-            step(env, unplanned, stream)
+        if self.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+            with torch.cuda.device(self.device):  # plan allocations go to the current device
+                for step in self.steps:
+                    step(env, unplanned, stream)
+        else:
+            for step in self.steps:
+                step(env, unplanned, 0)
         for i in moved:  # the copy may have been written (a mutated input)
             inputs[i].copy_(env[i])
         return [output(env, unplanned) for output in self.outputs]
@@ -170,17 +186,25 @@ class _Program:
             def reuse(env: Env, unplanned: Unplanned, stream: int) -> None:
                 env[slot], env[old] = env[old], None
             return reuse
-        meta = self.plan["buffers"][step["buffer"]]
-        return _allocator(slot, meta["numel"], getattr(torch, meta["dtype"]), self.device)
+        return _allocator(slot, self.plan["buffers"][step["buffer"]], self.device)
 
     def _kernel(self, step: dict[str, Any], kernel: Any) -> Callable:
         slots = [self._slot(name) for name in step["args"]]
         grid = tuple(step["grid"])
         if hasattr(kernel, "launcher"):  # a prebuilt cubin: the cheapest launch path there is
+            # Pointers go to Triton's launcher as ints: given tensors, it asks the driver about each
+            # pointer (cuPointerGetAttribute) on every launch. Every slot holds a tensor on this device.
             launch = kernel.launcher(grid)
+            if len(slots) == 1:
+                (only,) = slots
+
+                def run_cubin_1(env: Env, unplanned: Unplanned, stream: int) -> None:
+                    launch(stream, env[only].data_ptr())
+                return run_cubin_1
+            arguments = itemgetter(*slots)
 
             def run_cubin(env: Env, unplanned: Unplanned, stream: int) -> None:
-                launch(stream, *[env[i] for i in slots])
+                launch(stream, *map(_data_ptr, arguments(env)))
             return run_cubin
         config = step["config"]
         fixed = dict(xnumel=step["xnumel"], rnumel=step["rnumel"], XBLOCK=config["XBLOCK"], RBLOCK=config["RBLOCK"],
@@ -199,21 +223,24 @@ class _Program:
         args = [self._value(a) for a in step["args"]]
         kwargs = {k: self._value(v) for k, v in step["kwargs"].items()}
         positions = step.get("positions")
-        outputs = [(self._slot(b), b, layout, b in kernel_read) for b, layout in zip(step["outputs"], step["layouts"])]
-        target, device = step["target"], self.device
+        outputs = [(self._slot(b), b, _Planned(layout, self.device), b in kernel_read)
+                   for b, layout in zip(step["outputs"], step["layouts"])]
+        target = step["target"]
 
         def call(env: Env, unplanned: Unplanned, stream: int) -> None:
             result = op(*[a(env, unplanned) for a in args], **{k: v(env, unplanned) for k, v in kwargs.items()})
             results = [result] if isinstance(result, torch.Tensor) else list(result) if result is not None else []
             if positions is not None:
                 results = [results[i] for i in positions]
-            for (slot, buffer, layout, read_by_kernel), tensor in zip(outputs, results):
-                if not read_by_kernel and _unlike(tensor, layout):
+            for (slot, buffer, planned, read_by_kernel), tensor in zip(outputs, results):
+                if planned.matches(tensor):
+                    env[slot] = tensor
+                elif not read_by_kernel and planned.unlike(tensor):
                     # e.g. the CPU kernel's empty (or bf16) batch-norm statistics where PyTorch's meta kernel
                     # says float32 of the channel count: read only by other ATen calls, which agree with it
-                    env[slot], unplanned[buffer] = tensor, layout
-                    continue
-                env[slot] = _as_planned(tensor, layout, target, device)
+                    env[slot], unplanned[buffer] = tensor, planned.layout
+                else:
+                    env[slot] = planned.convert(tensor, target)
         return call
 
     def _value(self, value: Any) -> Callable[[Env, Unplanned], Any]:
@@ -222,48 +249,103 @@ class _Program:
             items = [self._value(v) for v in value]
             return lambda env, unplanned: [item(env, unplanned) for item in items]
         if isinstance(value, dict) and "tensor" in value:
-            layout = value["tensor"]
-            slot, buffer, offset = self._slot(layout["buffer"]), layout["buffer"], layout["offset"]
-            whole = (tuple(layout["size"]), tuple(layout["stride"]))
-
-            def view(env: Env, unplanned: Unplanned) -> torch.Tensor:
-                base = env[slot]
-                if buffer in unplanned or (not offset and (base.shape, base.stride()) == whole):
-                    return base  # an ATen result or an input seen whole: no view to make
-                return _view(base, layout)
-            return view
+            return self._viewer(value["tensor"])
         constant = _extern_constant(value, self.device)
         return lambda env, unplanned: constant
 
+    def _viewer(self, layout: dict[str, Any]) -> Callable[[Env, Unplanned], torch.Tensor]:
+        """A function of the call's slots giving `layout`'s view of its buffer: the buffer's tensor itself
+        when it already has that shape and strides (an input, an ATen result, a buffer allocated in its
+        own layout), else a view made without the dispatcher (`_reinterpret_tensor`)."""
+        slot, buffer, offset = self._slot(layout["buffer"]), layout["buffer"], layout["offset"]
+        size, stride = tuple(layout["size"]), tuple(layout["stride"])
+        make_view = _view_maker(size, stride, offset)
+
+        def view(env: Env, unplanned: Unplanned) -> torch.Tensor:
+            base = env[slot]
+            if not offset and base.shape == size and base.stride() == stride:
+                return base
+            if buffer in unplanned:
+                return base  # an ATen result unlike its plan, read by ATen calls only
+            return make_view(base)
+        return view
+
     def _output(self, layout: dict[str, Any]) -> Callable[[Env, Unplanned], torch.Tensor]:
         slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
-        return lambda env, unplanned: _output(env[slot], layout, unplanned.get(buffer))
+        size, stride, offset = tuple(layout["size"]), tuple(layout["stride"]), layout["offset"]
+        make_view = _view_maker(size, stride, offset)
+        # an input or constant is handed out as a view, never as the caller's (or our) tensor object
+        may_pass = slot >= self.inputs and buffer not in self._constant_buffers and buffer not in self._passed
+        self._passed.add(buffer)
+
+        def output(env: Env, unplanned: Unplanned) -> torch.Tensor:
+            base = env[slot]
+            planned = unplanned.get(buffer)
+            if planned is not None:
+                return _unplanned_output(base, layout, planned)
+            if may_pass and not offset and base.shape == size and base.stride() == stride:
+                return base
+            return make_view(base)
+        return output
 
 
-def _allocator(slot: int, numel: int, dtype: Any, device: torch.device) -> Callable:
-    def alloc(env: Env, unplanned: Unplanned, stream: int) -> None:
-        env[slot] = torch.empty(numel, dtype=dtype, device=device)
-    return alloc
+class _Planned:
+    """An extern result's planned layout, checked cheaply: most results match it as ATen made them."""
+
+    def __init__(self, layout: dict[str, Any], device: torch.device) -> None:
+        self.layout, self.device = layout, device
+        self.size, self.stride = tuple(layout["size"]), tuple(layout["stride"])
+        self.dtype = getattr(torch, layout["dtype"])
+        self.check_alignment = device.type == "cuda"
+        self.strides_matter = 1 < _numel(self.size)
+
+    def matches(self, tensor: torch.Tensor) -> bool:
+        return (tensor.dtype == self.dtype and tensor.shape == self.size
+                and (not self.strides_matter or tensor.stride() == self.stride)
+                and not (self.check_alignment and tensor.data_ptr() % ALIGNMENT))
+
+    def unlike(self, tensor: torch.Tensor) -> bool:
+        return tensor.shape != self.size or tensor.dtype != self.dtype
+
+    def convert(self, tensor: torch.Tensor, target: str) -> torch.Tensor:
+        """The result in the layout and dtype the plan gives it (PyTorch's meta kernel's), so kernels that
+        read it index it as planned. Some CPU kernels disagree with their meta kernel (bf16 batch norm
+        statistics come back bf16, not float32): converted, as is a view at an address kernels cannot
+        take (not 16-byte aligned). A shape that disagrees is refused, since no kernel could read it
+        safely."""
+        if tensor.shape != self.size:
+            raise RuntimeError_(f"{target} returned a tensor of shape {list(tensor.shape)} where the plan (PyTorch's "
+                                f"meta kernel for it) has {list(self.size)}")
+        return torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device).copy_(tensor)
 
 
-def _unlike(tensor: torch.Tensor, layout: dict[str, Any]) -> bool:
-    return list(tensor.shape) != layout["size"] or str(tensor.dtype).removeprefix("torch.") != layout["dtype"]
+def _numel(size: Sequence[int]) -> int:
+    total = 1
+    for s in size:
+        total *= s
+    return total
 
 
-def _as_planned(tensor: torch.Tensor, layout: dict[str, Any], target: str, device: torch.device) -> torch.Tensor:
-    """An extern result in the layout and dtype the plan gives it (PyTorch's meta kernel's), so kernels
-    that read it index it as planned. Some CPU kernels disagree with their meta kernel (bf16 batch
-    norm statistics come back bf16, not float32): converted, as is a view at an address kernels
-    cannot take (not 16-byte aligned). A shape that disagrees is refused, since no kernel could read
-    it safely."""
-    if list(tensor.shape) != layout["size"]:
-        raise RuntimeError_(f"{target} returned a tensor of shape {list(tensor.shape)} where the plan (PyTorch's "
-                            f"meta kernel for it) has {layout['size']}")
-    dtype = getattr(torch, layout["dtype"])
-    misaligned = device.type == "cuda" and tensor.data_ptr() % ALIGNMENT
-    if tensor.dtype != dtype or (list(tensor.stride()) != layout["stride"] and tensor.numel() > 1) or misaligned:
-        tensor = torch.empty_strided(layout["size"], layout["stride"], dtype=dtype, device=device).copy_(tensor)
-    return tensor
+def _view_maker(size: tuple, stride: tuple, offset: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    if _reinterpret_tensor is not None:
+        return lambda base: _reinterpret_tensor(base, size, stride, offset)
+    return lambda base: base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+def _allocator(slot: int, meta: dict[str, Any], device: torch.device) -> Callable:
+    """A plan buffer, in its own layout when the plan gives one (extern calls and outputs then take
+    the tensor as it is), else flat."""
+    dtype = getattr(torch, meta["dtype"])
+    size, stride = tuple(meta.get("size", (meta["numel"],))), tuple(meta.get("stride", (1,)))
+    fast = _empty_strided_cuda if device.type == "cuda" else _empty_strided_cpu if device.type == "cpu" else None
+    if fast is not None:
+        def alloc(env: Env, unplanned: Unplanned, stream: int) -> None:
+            env[slot] = fast(size, stride, dtype)
+        return alloc
+
+    def alloc_any(env: Env, unplanned: Unplanned, stream: int) -> None:
+        env[slot] = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    return alloc_any
 
 
 def _constant(raw: bytes, entry: dict[str, Any], device: torch.device) -> torch.Tensor:
@@ -279,15 +361,9 @@ def _equivalent_strides(tensor: torch.Tensor, spec: dict[str, Any]) -> bool:
     return all(s == 1 or a == b for s, a, b in zip(spec["size"], tensor.stride(), spec["stride"]))
 
 
-def _view(base: torch.Tensor, layout: dict[str, Any]) -> torch.Tensor:
-    return base.as_strided(layout["size"], layout["stride"], base.storage_offset() + layout["offset"])
-
-
-def _output(base: torch.Tensor, layout: dict[str, Any], planned: dict | None) -> torch.Tensor:
-    """A graph output; an extern result unlike its plan is handed over as ATen made it, when it is the
-    whole result (a view of it cannot be made safely)."""
-    if planned is None:
-        return _view(base, layout)
+def _unplanned_output(base: torch.Tensor, layout: dict[str, Any], planned: dict) -> torch.Tensor:
+    """A graph output that is an extern result unlike its plan: handed over as ATen made it, when it is
+    the whole result (a view of it cannot be made safely)."""
     if [layout["size"], layout["stride"], layout["offset"]] != [planned["size"], planned["stride"], planned["offset"]]:
         raise RuntimeError_(f"an output views an ATen result of shape {list(base.shape)} as {layout['size']}, "
                             "the shape PyTorch's meta kernel gives it")

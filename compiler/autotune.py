@@ -233,7 +233,8 @@ def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
     entry = {"name": kernel.name, "cubin_metadata": kernel.cubin_metadata}
     grid = tuple(launch_grid(kernel.numel, kernel.rnumel, kernel.config))
     launch = CubinKernel(entry, kernel.cubin).launcher(grid, use_hooks=False)
-    sets = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
+    buffers = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
+    sets = [[t.data_ptr() for t in tensors] for tensors in buffers]  # `buffers` keeps them alive
     stream = torch.cuda.current_stream().cuda_stream
 
     def batch(launches: int) -> float:

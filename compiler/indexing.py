@@ -46,6 +46,8 @@ class FloorDiv(sympy.Function):
             exact = [t for t in base.args if _is_multiple(t, int(divisor))]
             if exact and len(exact) < len(base.args):
                 rest = sympy.Add(*[t for t in base.args if t not in exact])
+                if rest.is_nonnegative is not True:
+                    return None  # (x - 8 + 9y) // 9 is not (x - 8) // 9 + y once printed: Triton's // truncates
                 return sympy.Add(*[sympy.expand(t / divisor) for t in exact]) + FloorDiv(rest, divisor)
             if exact:
                 return sympy.expand(base / divisor)
@@ -69,9 +71,10 @@ class ModularIndexing(sympy.Function):
         if isinstance(divisor, sympy.Integer) and isinstance(modulus, sympy.Integer) and isinstance(base, sympy.Add):
             # drop terms that are multiples of divisor * modulus: they cannot change the result
             period = int(divisor) * int(modulus)
-            kept = [t for t in base.args if not _is_multiple(t, period)]
-            if len(kept) < len(base.args):
-                return ModularIndexing(sympy.Add(*kept), divisor, modulus)
+            kept = sympy.Add(*[t for t in base.args if not _is_multiple(t, period)])
+            # only while what is kept stays non-negative: Triton's % and // truncate toward zero
+            if len(kept.args if isinstance(kept, sympy.Add) else [kept]) < len(base.args) and kept.is_nonnegative is True:
+                return ModularIndexing(kept, divisor, modulus)
         return None
 
 

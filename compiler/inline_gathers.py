@@ -7,7 +7,13 @@ evaluate its body at the element they read, and the node itself is then dead, wh
   logits once; or
 - it *widens*: it reads fewer bytes per element than it writes (a bf16 tensor cast to float32,
   as the backward of a bf16 norm casts its input and incoming gradient). A reader in another
-  kernel then reads the narrow input instead of a float32 copy that need not exist.
+  kernel then reads the narrow input instead of a float32 copy that need not exist; or
+- its one reader is pointwise work that reads it at most twice per element of its own, over at
+  most MAX_SPREAD times the node's elements: the negated half of a rotary embedding's `cat`, a
+  gradient padded back by `slice_backward`, a product read at an element and at its rotated
+  partner. No loop of the scheduler can hold such a pair when the reader's iteration space or
+  its second index differs; the reader evaluates the node where it reads it (about the same
+  arithmetic), and the buffer's write and read are gone.
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ def _inlinable(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses)
     if not readers or any(not isinstance(r, ComputeNode) for r in readers):
         return False
     reads_by_readers = [d for r in readers for d in read_writes[r.name].reads if d.buffer == name]
-    if not all(isinstance(d, StarDep) for d in reads_by_readers) and not _widens(node, read_writes, uses):
+    if not all(isinstance(d, StarDep) for d in reads_by_readers) and not _widens(node, read_writes, uses) \
+            and not _read_once_elsewhere(node, readers, reads_by_readers):
         return False  # some reader reads it in order: fusion serves that better than recompute
     writers = [n for n in uses.writers.get(name, []) if n is not node]
     return not writers and _inputs_unchanged(node, readers, read_writes, uses)
@@ -106,6 +113,22 @@ def _widens(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _Buffer
         if footprint * BROADCAST_REUSE > node.numel:
             read += ITEMSIZES[uses.dtypes[dep.buffer]]
     return read < written and not (_ops_used(node) & COSTLY_OPS)
+
+
+MAX_SPREAD = 4  # loads of the node by its reader, at most this many per element of the node
+
+
+def _read_once_elsewhere(node: ComputeNode, readers: list, reads: list) -> bool:
+    """One pointwise reader over another iteration space or loading the node at two places, at
+    most MAX_SPREAD loads per element of the node in all (`cat` and padding load each piece masked
+    to its place), and no costly ops to repeat."""
+    if len(readers) != 1 or not 1 <= len(reads) <= 2:
+        return False
+    (reader,) = readers
+    if reader.ranges == node.ranges and len(reads) == 1:
+        return False  # read in the node's own loop: fusing the two serves it, with benchmark-driven fusion's say
+    return (not reader.is_reduction and reader.numel * len(reads) <= MAX_SPREAD * node.numel
+            and not (_ops_used(node) & COSTLY_OPS))
 
 
 def _ops_used(node: ComputeNode) -> set[str]:

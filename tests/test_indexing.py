@@ -65,3 +65,15 @@ def test_indices_over_rows_and_reduction_elements_keep_their_values(sizes, rows,
     expr = sum((s * p for s, p in zip(strides, unflatten(flat, dims))), sympy.Integer(0))
     bounds = {XINDEX: xnumel, RINDEX: rnumel}
     assert _values(simplify_index(expr, bounds), bounds) == _values(expr, bounds)
+
+
+def test_multiples_stay_inside_when_the_rest_could_be_negative():
+    """Triton's // and % truncate toward zero: (x - 8 + 9y) % 9 printed as (x - 8) % 9 is negative
+    for x < 8 (it was, for a padded gradient whose producer was evaluated in its reader)."""
+    from compiler.indexing import FloorDiv, ModularIndexing, index_symbol
+
+    x, y = index_symbol("x", 0), index_symbol("x", 1)
+    assert ModularIndexing(x - 8 + 9 * y, 1, 9).args[0] == x - 8 + 9 * y
+    assert isinstance(FloorDiv(x - 8 + 9 * y, 9), FloorDiv)
+    assert ModularIndexing(x + 8 + 9 * y, 1, 9) == ModularIndexing(x + 8, 1, 9)  # non-negative rest: simplified
+    assert FloorDiv(x + 8 + 9 * y, 9) == y + FloorDiv(x + 8, 9)

@@ -322,3 +322,34 @@ def test_widening_casts_are_recomputed_by_their_readers_not_stored(monkeypatch):
     wide = [name for name, meta in artifact.plan["buffers"].items()
             if meta["numel"] >= x.numel() and meta["dtype"] == "float32"]
     assert not wide, wide
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def test_rotary_embedding_is_one_kernel_the_negated_half_recomputed_by_the_cat():
+    """`q * cos + rotate_half(q) * sin`: the negated half has its own (half) iteration space, so no
+    loop holds it with the cat that reads it; it is evaluated where the cat reads it, not stored."""
+    q = torch.randn(2, 3, 5, 6, 18)  # odd sizes; read through a non-contiguous slice
+    cos, sin = torch.randn(5, 1, 16), torch.randn(5, 1, 16)
+    artifact = compile_and_check(lambda q, c, s: q[..., 1:17] * c + _rotate_half(q[..., 1:17]) * s, q, cos, sin)
+    assert kernel_count(artifact) == 1
+
+
+def test_rotary_backward_negated_half_is_recomputed_by_its_padding():
+    """The rotary backward negates half of grad * sin and pads both halves back with slice_backward:
+    the negated half is evaluated where its padding reads it, never stored (3 kernels before)."""
+    def fn(grad, sin, cos):
+        scaled = grad * sin
+        half = scaled.shape[-1] // 2
+        first = torch.ops.aten.slice_backward(scaled[..., :half], scaled.shape, -1, half, scaled.shape[-1], 1)
+        second = torch.ops.aten.slice_backward(-scaled[..., half:], scaled.shape, -1, 0, half, 1)
+        return grad * cos + first + second
+
+    grad = torch.randn(3, 7, 4, 22)
+    sin, cos = torch.randn(7, 1, 22), torch.randn(7, 1, 22)
+    artifact = compile_and_check(fn, grad, sin, cos)
+    assert kernel_count(artifact) <= 2
+    assert all(meta["numel"] == grad.numel() for meta in artifact.plan["buffers"].values())  # no negated half

@@ -1,7 +1,7 @@
 """The launch plan: the ordered steps the runtime follows, as plain data.
 
     {"inputs": [...], "constants": [{buffer, constant, size, stride, offset, dtype}],
-     "buffers": {name: {numel, dtype}}, "steps": [
+     "buffers": {name: {numel, dtype[, size, stride]}}, "steps": [
         {"op": "alloc", "buffer": ...},
         {"op": "kernel", "kernel": name, "args": [buffer...], "xnumel", "rnumel", "grid": [...], "config": {...}},
         {"op": "extern", "target": "aten.mm.default", "args": [...], "kwargs": {...}, "outputs": [...]},
@@ -54,13 +54,23 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
         "inputs": [{"buffer": b.name, **b.layout.to_json()} for b in program.inputs],
         "constants": [{"buffer": name, "constant": position, **program.buffers[name].layout.to_json()}
                       for name, position in program.constants.items()],
-        "buffers": {name: {"numel": program.buffers[name].layout.storage_numel(), "dtype": program.buffers[name].dtype}
-                    for name in sorted(allocated)},
+        "buffers": {name: _buffer_entry(program.buffers[name]) for name in sorted(allocated)},
         "steps": steps,
         "outputs": [{"buffer": o.buffer.name, **o.layout.to_json()} for o in program.outputs],
     }
     plan["peak_bytes"] = planned_peak_bytes(plan, own_only=True)  # its own allocations: no inputs, externs
     return plan
+
+
+def _buffer_entry(buffer: Any) -> dict[str, Any]:
+    """numel and dtype to allocate; size and stride when the buffer's own layout spans its storage
+    from offset 0, so the runtime allocates the tensor in that layout and hands it to extern calls
+    and the caller without making a view."""
+    layout = buffer.layout
+    entry = {"numel": layout.storage_numel(), "dtype": buffer.dtype}
+    if layout.offset == 0 and layout.numel > 0:
+        entry |= {"size": list(layout.size), "stride": list(layout.stride)}
+    return entry
 
 
 def _pool_key(buffer: Any) -> tuple[int, str]:
