@@ -98,6 +98,7 @@ class Mode:
         self.hosts: list[float] = []
         base = mode.split("-")[0]
         self.backend = self.hit = None
+        self.settings = dict(url=url, on_error="raise", partitioner=partitioner, cuda_graphs=cuda_graphs)
         if base == "eager":
             self.runner = self.model
         elif base == "inductor":
@@ -105,11 +106,9 @@ class Mode:
         else:
             from client.backend import backend as fusewire_backend
 
-            self.backend = fusewire_backend(url=url, cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), on_error="raise",
-                                            timeout_s=900, partitioner=partitioner, cuda_graphs=cuda_graphs)
+            self.backend = fusewire_backend(cache_dir=tempfile.mkdtemp(prefix="fw-bench-"), timeout_s=900, **self.settings)
             self.row["partitioner"] = partitioner
             self.runner = torch.compile(self.model, backend=self.backend)
-        self.settings = dict(url=url, on_error="raise", partitioner=partitioner, cuda_graphs=cuda_graphs)
 
     def step(self) -> torch.Tensor:
         return one_step(self.runner, self.name, self.model, self.batch)

@@ -14,6 +14,7 @@ sources the interpreter imports) is loaded only from artifacts whose signature c
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from operator import itemgetter
 from pathlib import Path
@@ -257,35 +258,27 @@ class _Program:
         """A function of the call's slots giving `layout`'s view of its buffer: the buffer's tensor itself
         when it already has that shape and strides (an input, an ATen result, a buffer allocated in its
         own layout), else a view made without the dispatcher (`_reinterpret_tensor`)."""
-        slot, buffer, offset = self._slot(layout["buffer"]), layout["buffer"], layout["offset"]
-        size, stride = tuple(layout["size"]), tuple(layout["stride"])
-        make_view = _view_maker(size, stride, offset)
+        slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
+        whole_or_view = _view_maker(layout, pass_whole=True)
 
         def view(env: Env, unplanned: Unplanned) -> torch.Tensor:
-            base = env[slot]
-            if not offset and base.shape == size and base.stride() == stride:
-                return base
             if buffer in unplanned:
-                return base  # an ATen result unlike its plan, read by ATen calls only
-            return make_view(base)
+                return env[slot]  # an ATen result unlike its plan, read by ATen calls only
+            return whole_or_view(env[slot])
         return view
 
     def _output(self, layout: dict[str, Any]) -> Callable[[Env, Unplanned], torch.Tensor]:
         slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
-        size, stride, offset = tuple(layout["size"]), tuple(layout["stride"]), layout["offset"]
-        make_view = _view_maker(size, stride, offset)
         # an input or constant is handed out as a view, never as the caller's (or our) tensor object
         may_pass = slot >= self.inputs and buffer not in self._constant_buffers and buffer not in self._passed
         self._passed.add(buffer)
+        make_view = _view_maker(layout, pass_whole=may_pass)
 
         def output(env: Env, unplanned: Unplanned) -> torch.Tensor:
-            base = env[slot]
             planned = unplanned.get(buffer)
             if planned is not None:
-                return _unplanned_output(base, layout, planned)
-            if may_pass and not offset and base.shape == size and base.stride() == stride:
-                return base
-            return make_view(base)
+                return _unplanned_output(env[slot], layout, planned)
+            return make_view(env[slot])
         return output
 
 
@@ -297,7 +290,7 @@ class _Planned:
         self.size, self.stride = tuple(layout["size"]), tuple(layout["stride"])
         self.dtype = getattr(torch, layout["dtype"])
         self.check_alignment = device.type == "cuda"
-        self.strides_matter = 1 < _numel(self.size)
+        self.strides_matter = 1 < math.prod(self.size)
 
     def matches(self, tensor: torch.Tensor) -> bool:
         return (tensor.dtype == self.dtype and tensor.shape == self.size
@@ -319,17 +312,18 @@ class _Planned:
         return torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device).copy_(tensor)
 
 
-def _numel(size: Sequence[int]) -> int:
-    total = 1
-    for s in size:
-        total *= s
-    return total
-
-
-def _view_maker(size: tuple, stride: tuple, offset: int) -> Callable[[torch.Tensor], torch.Tensor]:
+def _view_maker(layout: dict[str, Any], pass_whole: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """base -> `layout`'s view of it; with `pass_whole`, base itself when it already is that view."""
+    size, stride, offset = tuple(layout["size"]), tuple(layout["stride"]), layout["offset"]
     if _reinterpret_tensor is not None:
-        return lambda base: _reinterpret_tensor(base, size, stride, offset)
-    return lambda base: base.as_strided(size, stride, base.storage_offset() + offset)
+        def make_view(base: torch.Tensor) -> torch.Tensor:
+            return _reinterpret_tensor(base, size, stride, offset)
+    else:
+        def make_view(base: torch.Tensor) -> torch.Tensor:
+            return base.as_strided(size, stride, base.storage_offset() + offset)
+    if not pass_whole or offset:
+        return make_view
+    return lambda base: base if base.shape == size and base.stride() == stride else make_view(base)
 
 
 def _allocator(slot: int, meta: dict[str, Any], device: torch.device) -> Callable:

@@ -71,10 +71,11 @@ class ModularIndexing(sympy.Function):
         if isinstance(divisor, sympy.Integer) and isinstance(modulus, sympy.Integer) and isinstance(base, sympy.Add):
             # drop terms that are multiples of divisor * modulus: they cannot change the result
             period = int(divisor) * int(modulus)
-            kept = sympy.Add(*[t for t in base.args if not _is_multiple(t, period)])
+            kept = [t for t in base.args if not _is_multiple(t, period)]
+            rest = sympy.Add(*kept)
             # only while what is kept stays non-negative: Triton's % and // truncate toward zero
-            if len(kept.args if isinstance(kept, sympy.Add) else [kept]) < len(base.args) and kept.is_nonnegative is True:
-                return ModularIndexing(kept, divisor, modulus)
+            if len(kept) < len(base.args) and rest.is_nonnegative is True:
+                return ModularIndexing(rest, divisor, modulus)
         return None
 
 
