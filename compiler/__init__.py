@@ -43,7 +43,7 @@ def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict 
     wire.validate_target(target)
     report("lowering", 0.0)
     limits = limits or WorkLimits()
-    program = lower(graph, limits)
+    program = lower(graph, limits, eager_random=options.eager_random)
     report("scheduling", 0.25)
     judge = FusionBenchmarker.for_target(target, options)
     scheduled = schedule(program, options, judge)

@@ -16,7 +16,7 @@ import sympy
 
 from compiler.indexing import Expr, index_symbol
 from compiler.ir import ComputeNode, ExternNode, Node
-from compiler.ops import BINARY_OPS, UNARY_OPS
+from compiler.ops import BINARY_OPS, RANDOM_OPS, UNARY_OPS
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class DependencyRecorder:
         return _Value(chosen[0].sources | chosen[1].sources, chosen[0].as_loaded and chosen[1].as_loaded)
 
     def __getattr__(self, name: str) -> Any:
-        if name in UNARY_OPS or name in BINARY_OPS or name == "index_expr":
+        if name in UNARY_OPS or name in BINARY_OPS or name in RANDOM_OPS or name == "index_expr":
             return lambda *args, **kwargs: _computed(*args)
         raise AttributeError(name)
 

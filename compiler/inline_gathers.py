@@ -97,7 +97,8 @@ BROADCAST_REUSE = 8  # a load whose elements are each read for this many outputs
 # Work that a widening producer's readers would repeat per element: too dear to recompute everywhere
 # (a rotary table's sin and cos built from an arange widens, and is better read from memory).
 COSTLY_OPS = frozenset({"exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sigmoid",
-                        "erf", "erfinv", "pow", "atan2", "asin", "acos", "atan", "sinh", "cosh", "lgamma"})
+                        "erf", "erfinv", "pow", "atan2", "asin", "acos", "atan", "sinh", "cosh", "lgamma",
+                        "rand", "randn"})
 
 
 def _widens(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:

@@ -13,6 +13,8 @@ reads). Every handler implements:
     indirect(x, size)                      a loaded integer used as an index (negative wraps); returns a sympy symbol
     <unary>(x) for x in UNARY_OPS
     <binary>(a, b) for op in BINARY_OPS
+    rand(seed, offset) / randn(seed, offset)   Philox numbers (float32, uniform in [0, 1) / standard
+                                           normal) for an int64 seed and an int32 element offset
 """
 
 UNARY_OPS = frozenset({
@@ -26,3 +28,5 @@ BINARY_OPS = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
     "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
 })
+
+RANDOM_OPS = frozenset({"rand", "randn"})

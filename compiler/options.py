@@ -12,6 +12,9 @@ class CompileOptions(BaseModel):
     max_fusion_size: int = Field(64, ge=1, le=1024, description="most IR nodes in one kernel")
     autotune: bool = Field(True, description="time kernel configs on a GPU worker")
     benchmark_fusion: bool = Field(True, description="time fused against unfused kernels where the heuristic is unsure")
+    eager_random: bool = Field(False, description="random ops (dropout, rand, bernoulli) run as ATen calls and "
+                               "draw eager's numbers under the same seed; off, they are drawn inside the fused "
+                               "kernels (Philox, seeded from torch's generator): fewer launches, other masks")
     autotune_budget_s: float = Field(10.0, ge=0, le=600,
                                      description="seconds of GPU timing per graph, benchmark-driven fusion and autotuning together")
 

@@ -32,9 +32,9 @@ def test_embedding_large_table_and_non_contiguous_weight():
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_embedding_dense_backward(dtype):
-    """Repeated indices must accumulate. Until a scatter-add lowering exists the op stays ATen's own
-    embedding backward: its decomposition, index_put with accumulate, ran as ATen's generic
-    index_put_, many times slower on a GPU (docs/PERF.md, real models)."""
+    """Repeated indices must accumulate. With this few indices it stays ATen's own embedding
+    backward (one kernel on a GPU): never its decomposition, index_put with accumulate, which ran
+    as ATen's generic index_put_, many times slower on a GPU (docs/PERF.md, real models)."""
     def fn(w, i, g):
         w = w.detach().requires_grad_(True)
         out = F.embedding(i, w)
@@ -50,6 +50,39 @@ def test_embedding_dense_backward_op_with_padding_idx():
         return torch.ops.aten.embedding_dense_backward(g, i, 10, 1, False)
 
     result = check(fn, rand((2, 4, 6)), torch.tensor([[1, 3, 1, 0], [3, 3, 9, 1]]), expect_no_extern=False)
+    assert result.externs == ["aten.embedding_dense_backward.default"]
+
+
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16], ids=str)
+@pytest.mark.parametrize("padding_idx", [-1, 5])
+def test_embedding_dense_backward_of_many_indices_scatters_in_float32(dtype, padding_idx):
+    """Past ATen's sort threshold, into a table where rows collide little: the rows are added by
+    one index_add_ into a float32 table (the grad read through a transposed view, scaled on the
+    way), padding_idx's row left zero; error at most eager's against a float64 run."""
+    from compiler.lowering.indexing import ATEN_SORTS_ABOVE
+
+    count, rows = (ATEN_SORTS_ABOVE // 61 + 1) * 61, 397
+    indices = _indices((count // 61, 61), rows)
+    grad = rand((24, count), dtype).t().reshape(count // 61, 61, 24)
+
+    def fn(g, i):
+        return torch.ops.aten.embedding_dense_backward(g * 2, i, rows, padding_idx, False)
+
+    result = check(fn, grad, indices, expect_no_extern=False, atol=0.5 if dtype == BF16 else None)
+    assert result.externs == ["aten.index_add_.default"]
+    reference = fn(grad.double(), indices)
+    (got,), eager = result.outputs, fn(grad, indices)
+    assert (got.double() - reference).abs().max() <= (eager.double() - reference).abs().max() + 1e-6
+    if padding_idx >= 0:
+        assert not got[padding_idx].any() and got[padding_idx + 1].any()
+
+
+@pytest.mark.parametrize("count, rows", [(4000, 30), (3000, 5000)], ids=["crowded rows", "few indices"])
+def test_embedding_dense_backward_keeps_atens_op_where_it_is_faster(count, rows):
+    def fn(g, i):
+        return torch.ops.aten.embedding_dense_backward(g, i, rows, -1, False)
+
+    result = check(fn, rand((count, 8)), _indices((count,), rows), expect_no_extern=False)
     assert result.externs == ["aten.embedding_dense_backward.default"]
 
 

@@ -40,3 +40,34 @@ def test_max_pool2d_of_a_3d_and_a_channels_last_input():
     check(_pool([3, 3], [2, 2], [1, 1]), rand((3, 10, 9)))
     check(_pool([3, 3], [2, 2], [1, 1]), rand((2, 5, 8, 7)).to(memory_format=torch.channels_last))
 
+
+
+def _pool_backward(kernel, stride, padding, dilation=1, ceil_mode=False):
+    def fn(x, grad_scale):
+        out, indices = torch.ops.aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)
+        grad = out * grad_scale  # a gradient that differs per window
+        return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, kernel, stride, padding, dilation,
+                                                               ceil_mode, indices)
+    return fn
+
+
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16], ids=str)
+@pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode", [
+    ([3, 3], [2, 2], [1, 1], 1, False),   # ResNet's stem: overlapping windows, an element may win several
+    ([2, 2], [2, 2], [0, 0], 1, False),
+    ([3, 2], [1, 2], [1, 0], 1, True),
+    ([3, 3], [2, 2], [1, 1], [2, 1], False),
+    ([3, 3], [], [0, 0], 1, False),
+], ids=str)
+def test_max_pool2d_backward_matches_eager(dtype, kernel, stride, padding, dilation, ceil_mode):
+    """The backward gathers each element's gradient from the windows it won: no ATen call."""
+    x = torch.randint(0, 4, (2, 3, 13, 11)).to(dtype)  # ties: an element wins several windows
+    check(_pool_backward(kernel, stride, padding, dilation, ceil_mode), x, rand((1, 3, 1, 1), dtype))
+
+
+def test_max_pool2d_backward_of_a_3d_input_and_a_transposed_gradient():
+    def fn(x, grad_t):
+        out, indices = torch.ops.aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
+        return torch.ops.aten.max_pool2d_with_indices_backward(grad_t.transpose(-1, -2), x, [3, 3], [2, 2], [1, 1],
+                                                               1, False, indices)
+    check(fn, rand((3, 10, 9)), rand((3, 5, 5)))

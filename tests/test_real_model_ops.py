@@ -1,6 +1,6 @@
 """Ops that real models' training graphs hold and that must compile: extern calls that leave an
-output out (convolution_backward for the first layer), random ops (dropout draws from torch's
-generator exactly as eager does), fused attention with non-tensor outputs, dtypes kernels do not
+output out (convolution_backward for the first layer), random ops (with `eager_random`, dropout draws from
+torch's generator exactly as eager does), fused attention with non-tensor outputs, dtypes kernels do not
 compute in, and a PyTorch decomposition that disagrees with its op (never used)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from compiler.lowering import LoweringError
 
 def compiled(fn, *inputs):
     graph = from_fx(make_fx(fn)(*inputs), inputs)
-    artifact = compile(graph, "cpu")
+    artifact = compile(graph, "cpu", {"eager_random": True})  # dropout's masks are compared with eager's
     return graph, artifact, load(artifact)
 
 

@@ -70,6 +70,10 @@ class TritonMathOps:
     def logical_not(self, x): return self._unary("{x} == 0", x, "bool")
     def bitwise_not(self, x): return self._unary("~{x}", x)
 
+    # random: Philox keyed by the seed, counter = the element's offset (same numbers wherever evaluated)
+    def rand(self, seed, offset): return self.emit(f"tl.rand({seed}, {offset}.to(tl.uint32))", "float32")
+    def randn(self, seed, offset): return self.emit(f"tl.randn({seed}, {offset}.to(tl.uint32))", "float32")
+
     # binary
     def _binary(self, template: str, a: Var, b: Var, dtype: str | None = None) -> Var:
         return self.emit(template.format(a=a, b=b), dtype or promote(a.dtype, b.dtype))

@@ -33,7 +33,7 @@ from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, p
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
 
 # The modules below fill registry.LOWERINGS when imported.
-from compiler.lowering import pointwise, reductions, shapes, composite, indexing, pooling  # noqa: F401,E402
+from compiler.lowering import pointwise, reductions, shapes, composite, indexing, pooling, random  # noqa: F401,E402
 
 __all__ = ["lower", "LoweringError"]
 
@@ -42,11 +42,12 @@ _TRACING_LOCK = threading.Lock()
 
 
 @paused_gc
-def lower(graph: Graph, limits: WorkLimits | None = None) -> Program:
+def lower(graph: Graph, limits: WorkLimits | None = None, eager_random: bool = True) -> Program:
     """Lowers a validated wire graph to a Program of ComputeNodes and ExternNodes; raises
-    LimitExceeded at the first op whose output is over `limits` (compiler/bounds.py)."""
+    LimitExceeded at the first op whose output is over `limits` (compiler/bounds.py).
+    `eager_random`: random ops stay ATen calls (else drawn in kernels: lowering/random.py)."""
     program = Program(inputs=[], nodes=[], outputs=[], buffers={})
-    ctx = LoweringContext(program, limits=limits or WorkLimits())
+    ctx = LoweringContext(program, limits=limits or WorkLimits(), eager_random=eager_random)
     ctx.graph_outputs = viewed_by_outputs(graph)
     padded = matmul_operands(graph, ctx.graph_outputs)
     env: dict[str, Any] = {}
@@ -59,6 +60,7 @@ def lower(graph: Graph, limits: WorkLimits | None = None) -> Program:
     for i, spec in enumerate(graph.constants):
         env[spec.name] = _lower_constant(ctx, spec, i)
     _lower_nodes(ctx, graph, env, depth=0, padded=padded)
+    ctx.finish_seeds()
     for i, ref in enumerate(graph.outputs):
         value = _resolve_ref(ref, env)
         ctx.origin = f"outputs[{i}]"
@@ -180,6 +182,12 @@ def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, dept
     mutated_index = _mutated_argument(op)
     if mutated_index is not None:
         return _lower_inplace(ctx, op, target, args, kwargs, mutated_index, depth)
+    if not ctx.eager_random and target in registry.RANDOM_LOWERINGS and ctx.out_meta \
+            and not _touches_extern_dtypes(ctx, args, kwargs):
+        try:
+            return registry.RANDOM_LOWERINGS[target](ctx, *args, **kwargs)
+        except NotImplementedError:
+            return _extern(ctx, target, args, kwargs)
     if registry.always_extern(op) or not ctx.out_meta or _touches_extern_dtypes(ctx, args, kwargs):
         return _extern(ctx, target, args, kwargs)
     if target in registry.LOWERINGS:

@@ -15,6 +15,9 @@ from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store,
 from compiler.lowering.values import StorageView, TensorValue, compute_dtype
 
 
+SEED_BOUND = 2**62  # seeds are drawn from [0, SEED_BOUND): Philox keys of 64 bits, never negative
+
+
 class LoweringError(ValueError):
     """A node cannot be compiled; the message names the node and the reason."""
 
@@ -37,7 +40,10 @@ class LoweringContext:
     graph_outputs: set[str] = field(default_factory=set)  # wire nodes that are graph outputs or viewed by one
     limits: WorkLimits = field(default_factory=WorkLimits)  # every op's output is checked against them
     memo: dict = field(default_factory=dict)  # meta outputs and decompositions by op signature (lowering/memo.py)
+    eager_random: bool = True  # random ops run as ATen calls (CompileOptions.eager_random)
     _counter: Any = field(default_factory=itertools.count)
+    _seeds: ExternNode | None = None  # the graph's one randint call drawing a seed per random op
+    _seed_count: int = 0
 
     # --- metadata of the node being lowered -----------------------------------------
     @property
@@ -95,6 +101,22 @@ class LoweringContext:
             body=body, stores=stores, reduction_type=reduction_type, origins=[self.origin],
         ))
         return [StorageView(s.buffer, s.layout) for s in stores]
+
+    def random_seed(self) -> tuple[str, int]:
+        """(buffer, position) of a fresh int64 seed for one random op. One ATen randint per graph call
+        draws them all from torch's generator; its size is fixed by `finish_seeds` once lowering ends."""
+        if self._seeds is None:
+            meta = torch.empty(1, dtype=torch.int64, device="meta")
+            self.extern("aten.randint.low", [0, SEED_BOUND, [1]], {"dtype": torch.int64, "device": torch.device("meta")},
+                        [meta])
+            self._seeds = self.program.nodes[-1]
+        self._seed_count += 1
+        return self._seeds.outputs[0].name, self._seed_count - 1
+
+    def finish_seeds(self) -> None:
+        if self._seeds is not None:
+            self._seeds.args[2] = [self._seed_count]
+            self._seeds.outputs[0].layout = Layout.contiguous((self._seed_count,), "int64")
 
     def tensor_arg(self, value: TensorValue) -> TensorArg:
         view = self.realize(value)

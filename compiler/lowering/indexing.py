@@ -1,11 +1,12 @@
-"""Ops that index with tensors: embedding, index_select, gather, index.Tensor, and
-scatter/scatter_add with a short index along the scattered dim. A loaded index becomes
-part of a load's index expression through `ops.indirect`; negative indices wrap as in
-PyTorch. Scatters whose index is long along the dim (index_put with accumulate, as in
-embedding's backward) stay ATen calls: they need atomics or a sort."""
+"""Ops that index with tensors: embedding and its backward, index_select, gather,
+index.Tensor, and scatter/scatter_add with a short index along the scattered dim. A loaded
+index becomes part of a load's index expression through `ops.indirect`; negative indices
+wrap as in PyTorch. Scatters whose index is long along the dim (index_put with accumulate)
+stay ATen calls: they need atomics or a sort."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import sympy
@@ -13,7 +14,7 @@ import sympy
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
-from compiler.lowering.views import broadcast_to, normalize_dim
+from compiler.lowering.views import broadcast_to, normalize_dim, reshape
 
 # scatter unrolls one compare per index entry along the dim into every output element
 MAX_UNROLLED_SCATTER = 16
@@ -29,6 +30,42 @@ def embedding(ctx: LoweringContext, weight: TensorValue, indices: TensorValue, p
         return weight.load(ops, [row, index[-1]])
 
     return Lazy(ctx.out_size, ctx.out_dtype, load)
+
+
+# ATen's embedding backward sorts the indices when there are more than this many (cub radix sort and
+# segment sums: about 25 launches); with fewer it runs one kernel, which the scatter below cannot beat.
+ATEN_SORTS_ABOVE = 3072
+# The scatter's atomic adds collide on a row this many times per row on average at most; past that
+# (T5's 32-row relative-position tables take 8192 adds per row) the sort is faster.
+MAX_ADDS_PER_ROW = 64
+
+
+@register("aten.embedding_dense_backward.default")
+def embedding_dense_backward(ctx: LoweringContext, grad: TensorValue, indices: TensorValue, num_weights: int,
+                             padding_idx: int, scale_grad_by_freq: bool) -> Any:
+    """The weight's gradient: each row of `grad` added into the row its index names, in float32 (or
+    float64), with the rows of padding_idx left out. Where ATen would sort the indices and their rows
+    collide little, one ATen index_add_ of atomic adds into a zeroed float32 table; else ATen's op."""
+    count = math.prod(indices.size)
+    if scale_grad_by_freq or count <= ATEN_SORTS_ABOVE or count > MAX_ADDS_PER_ROW * num_weights:
+        return ctx.extern("aten.embedding_dense_backward.default",
+                          [grad, indices, num_weights, padding_idx, scale_grad_by_freq], {}, ctx.out_meta)[0]
+    width = grad.size[-1]
+    acc = "float64" if grad.dtype == "float64" else "float32"
+    rows, flat_indices = reshape(grad, (count, width)), reshape(indices, (count,))
+
+    def source(ops, index):
+        row = ops.to_dtype(rows.load(ops, index), acc)
+        if padding_idx < 0:
+            return row
+        padded = ops.eq(ops.to_dtype(flat_indices.load(ops, index[:1]), "int64"), ops.constant(padding_idx, "int64"))
+        return ops.where(padded, ops.constant(0.0, acc), row)
+
+    table = ctx.realize(Lazy((num_weights, width), acc, lambda ops, index: ops.constant(0.0, acc)))
+    added = Lazy((count, width), acc, source)
+    # the table is read after the call, not the alias the call returns: one buffer, one lifetime
+    ctx.extern("aten.index_add_.default", [table, 0, flat_indices, added], {}, [None], mutated=[table])
+    return table if acc == ctx.out_dtype else Lazy(table.size, ctx.out_dtype, table.load)
 
 
 @register("aten.index_select.default")

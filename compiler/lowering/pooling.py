@@ -2,6 +2,9 @@
 masked loads (positions in the padding or past the edge read as -inf), so the pool fuses with
 what produces its input and what consumes its output instead of running as an ATen call.
 
+Its backward is pointwise over the input too: each element gathers the gradients of the few
+windows that chose it (no scatter, no atomics).
+
 max_pool2d_with_indices follows ATen's rule for ties and NaN: the first maximum of the window in
 row-major order wins, a NaN wins over any number (the last NaN of the window), and a window with
 nothing above -inf reports its first position inside the input.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from compiler.indexing import FloorDiv
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
@@ -65,3 +69,49 @@ def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, kernel_size: S
     values = Lazy(out_size, x.dtype, lambda ops, index: window(ops, index)[0])
     indices = Lazy(out_size, "int64", lambda ops, index: window(ops, index)[1])
     return values, indices
+
+
+@register("aten.max_pool2d_with_indices_backward.default")
+def max_pool2d_with_indices_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue,
+                                     kernel_size: Sequence[int], stride: Sequence[int] | None, padding: Any,
+                                     dilation: Any, ceil_mode: bool, indices: TensorValue) -> Lazy:
+    """Each input element sums the gradients of the windows whose maximum it was: for each window
+    offset (i, j), the output position that would place it there (when the offset divides evenly
+    by the stride and lands inside the output) contributes if its saved index names this element."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    if kh * kw > MAX_WINDOW or x.rank not in (3, 4):
+        raise NotImplementedError(f"a {kh}x{kw} window over a rank-{x.rank} input: run it as an ATen call")
+    out_h, out_w = grad.size[-2], grad.size[-1]
+    width = x.size[-1]
+    acc = compute_dtype(ctx.out_dtype)
+
+    def candidate(ops, position: Any, pad: int, offset: int, step: int, extent: int) -> tuple[Any, Any]:
+        """(whether an output position along one dim puts `position` at this window offset, that position)."""
+        numerator = position + pad - offset
+        value = ops.index_expr(numerator, "int64")
+        valid = ops.logical_and(
+            ops.logical_and(ops.ge(value, ops.constant(0, "int64")), ops.lt(value, ops.constant(extent * step, "int64"))),
+            ops.eq(ops.remainder(value, ops.constant(step, "int64")), ops.constant(0, "int64")))
+        return valid, FloorDiv(numerator, step)
+
+    def load(ops, index):
+        ih, iw = index[-2], index[-1]
+        me = ops.index_expr(ih * width + iw, "int64")
+        total = ops.constant(0.0, acc)
+        for i in range(kh):
+            valid_h, oh = candidate(ops, ih, ph, i * dh, sh, out_h)
+            for j in range(kw):
+                valid_w, ow = candidate(ops, iw, pw, j * dw, sw, out_w)
+                at = list(index[:-2]) + [oh, ow]
+
+                def contribution(at=at):
+                    hit = ops.eq(ops.to_dtype(indices.load(ops, at), "int64"), me)
+                    return ops.where(hit, ops.to_dtype(grad.load(ops, at), acc), ops.constant(0.0, acc))
+
+                total = ops.add(total, ops.masked(ops.logical_and(valid_h, valid_w), contribution, 0.0))
+        return total
+
+    return Lazy(x.size, ctx.out_dtype, load)

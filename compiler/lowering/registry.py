@@ -9,16 +9,15 @@ from typing import Any, Callable
 import torch
 
 LOWERINGS: dict[str, Callable[..., Any]] = {}
+# Random ops drawn in kernels (lowering/random.py): used instead of the ATen call unless the
+# compile asks for eager's random numbers (CompileOptions.eager_random).
+RANDOM_LOWERINGS: dict[str, Callable[..., Any]] = {}
 
 # Ops that must stay ATen calls: decomposing a matmul into loops would be correct and slow.
 EXTERN_ALWAYS = frozenset({
     "aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
     "aten.matmul.default", "aten.linear.default", "aten.convolution.default",
     "aten.convolution_backward.default", "aten.addmv.default", "aten.mv.default", "aten.dot.default",
-    # Its decomposition is index_put with accumulate, which has no kernel lowering yet (it needs
-    # atomics or a sort) and ran as ATen's generic index_put: 21 ms per call for T5's 32K x 512 table
-    # on an H100, where ATen's dedicated embedding backward is what eager runs.
-    "aten.embedding_dense_backward.default",
 })
 # Fused attention kernels (forward and backward, every backend's spelling) stay ATen calls too.
 _EXTERN_PREFIXES = ("aten._scaled_dot_product_", "aten._flash_attention", "aten._efficient_attention",
@@ -34,12 +33,12 @@ def always_extern(op: Any) -> bool:
             or torch.Tag.nondeterministic_seeded in getattr(op, "tags", ()))
 
 
-def register(*targets: str) -> Callable:
+def register(*targets: str, table: dict[str, Callable[..., Any]] = LOWERINGS) -> Callable:
     """Registers a lowering `fn(ctx, *args, **kwargs)` for each ATen overload name."""
 
     def wrap(fn: Callable) -> Callable:
         for target in targets:
-            LOWERINGS[target] = fn
+            table[target] = fn
         return fn
 
     return wrap

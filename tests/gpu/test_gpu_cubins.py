@@ -90,3 +90,31 @@ def test_misaligned_and_mutated_inputs_run_on_aligned_copies(no_triton_compiler)
         got = run(odd_x, odd_acc)[0]
         torch.testing.assert_close(got, expected)
         torch.testing.assert_close(odd_acc, expected_acc)
+
+
+def test_dropout_drawn_in_cubins_and_embedding_gradients_by_atomic_adds(signed, no_triton_compiler):
+    """Random numbers from Philox in the cubins (the default), and an embedding backward big enough
+    for index_add_'s atomics (compiler/lowering/indexing.py), on the GPU."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from client.runtime import load
+    from compiler.fx_import import from_fx
+
+    rows, p = 50257, 0.1
+    x = torch.randn(8, 1000, 64, device="cuda", dtype=torch.bfloat16)
+    indices = torch.randint(0, rows, (8, 1000), device="cuda")
+
+    def fn(x, indices):
+        out, mask = torch.ops.aten.native_dropout(x, p, True)
+        grad_weight = torch.ops.aten.embedding_dense_backward(out, indices, rows, -1, False)
+        return out, mask, grad_weight
+
+    artifact = Artifact.from_bytes(signed(compiler.compile(from_fx(make_fx(fn)(x, indices), [x, indices]), _target())))
+    targets = [s["target"] for s in artifact.plan["steps"] if s["op"] == "extern"]
+    assert targets == ["aten.randint.low", "aten.index_add_.default"], targets
+    out, mask, grad_weight = load(artifact)(x, indices)
+    assert abs((~mask).float().mean().item() - p) < 0.005
+    torch.testing.assert_close(out, torch.where(mask, x.float() / (1 - p), 0).to(torch.bfloat16))
+    want = torch.zeros(rows, 64, device="cuda", dtype=torch.float64).index_add_(0, indices.flatten(),
+                                                                                out.double().flatten(0, 1))
+    torch.testing.assert_close(grad_weight, want.to(torch.bfloat16), rtol=2e-2, atol=2e-2)

@@ -68,6 +68,30 @@ def test_batchnorm_running_statistics_are_updated_in_train_mode(trained):
     assert compiled.values["buffer bn1.num_batches_tracked"].item() == 1
 
 
+def test_dropout_drawn_in_kernels_trains_with_no_aten_dropout(trained, api_server, tmp_path):
+    """The backend's default: dropout is drawn inside fusewire's kernels. BERT (dropout on its
+    embeddings, attention probabilities and hidden states) trains with no fallback and no ATen
+    random call but the one seed draw per graph; its masks differ from eager's, so the loss is
+    held to eager's within what other masks move it, and every gradient is finite and of eager's size."""
+    from client.backend import LocalCache
+    from compiler.artifact import Artifact
+
+    values, stats = compiled_step("bert", api_server.url, tmp_path, eager_random=False)
+    assert stats.get("fallbacks", 0) == 0 and stats["graphs"] >= 2, stats
+    targets = [step["target"] for blob in LocalCache(tmp_path).dir.glob("*.fwa")
+               for step in Artifact.from_bytes(blob.read_bytes()).plan["steps"] if step["op"] == "extern"]
+    assert "aten.randint.low" in targets
+    assert not [t for t in targets if "dropout" in t or "bernoulli" in t], targets
+    _, eager, _, _ = trained("bert")
+    assert values["loss"].item() == pytest.approx(eager.values["loss"].item(), rel=0.05)
+    for key, grad in values.items():
+        if not key.startswith("grad "):
+            continue
+        want = eager.values[key]
+        assert grad.isfinite().all(), key
+        assert grad.norm().item() == pytest.approx(want.norm().item(), rel=0.5, abs=1e-6), key
+
+
 def test_a_second_process_is_served_wholly_from_the_service_cache(trained, api_server, compiles, tmp_path):
     first_losses = {name: trained(name)[2].values["loss"].item() for name in MODELS}
     before = compiles()
