@@ -128,6 +128,10 @@ class _Program:
         constants = [(self._slot(name), tensor) for name, tensor in graph._constants_on(device).items()]
         self._constant_buffers = {entry["buffer"] for entry in plan.get("constants", [])}
         self._passed: set[str] = set()  # buffers an output hands out as they are (one output each)
+        # (size, stride) of the tensor each buffer's slot holds, where the plan fixes it: allocations and
+        # ATen results (unless `unplanned`). Not inputs: the strides of their size-1 dims may differ.
+        self._held: dict[str, tuple] = {}
+        self._extern_outputs: set[str] = set()
         kernels = graph._kernels_on(device)
         self.steps = [self._prepare(step, kernels, kernel_read) for step in plan["steps"]]
         self.outputs = [self._output(o) for o in plan["outputs"]]
@@ -180,14 +184,23 @@ class _Program:
         raise RuntimeError_(f"unknown plan step {op!r}")
 
     def _alloc(self, step: dict[str, Any]) -> Callable:
-        slot = self._slot(step["buffer"])
+        buffer = step["buffer"]
+        slot, meta = self._slot(buffer), self.plan["buffers"][buffer]
+        own = (tuple(meta["size"]), tuple(meta["stride"])) if "size" in meta else ((meta["numel"],), (1,))
         if "reuse" in step:
             old = self._slot(step["reuse"])
+            if self._held.get(step["reuse"]) == own:
+                def reuse(env: Env, unplanned: Unplanned, stream: int) -> None:
+                    env[slot], env[old] = env[old], None
+            else:  # viewed in its own layout once here, not at every use
+                size, stride = own
 
-            def reuse(env: Env, unplanned: Unplanned, stream: int) -> None:
-                env[slot], env[old] = env[old], None
+                def reuse(env: Env, unplanned: Unplanned, stream: int) -> None:
+                    env[slot], env[old] = _as_view(env[old], size, stride, 0), None
+            self._held[buffer] = own
             return reuse
-        return _allocator(slot, self.plan["buffers"][step["buffer"]], self.device)
+        self._held[buffer] = own
+        return _allocator(slot, meta, self.device)
 
     def _kernel(self, step: dict[str, Any], kernel: Any) -> Callable:
         slots = [self._slot(name) for name in step["args"]]
@@ -226,6 +239,9 @@ class _Program:
         positions = step.get("positions")
         outputs = [(self._slot(b), b, _Planned(layout, self.device), b in kernel_read)
                    for b, layout in zip(step["outputs"], step["layouts"])]
+        for b, layout in zip(step["outputs"], step["layouts"]):
+            self._held[b] = _shape_of(layout)
+            self._extern_outputs.add(b)
         target = step["target"]
 
         def call(env: Env, unplanned: Unplanned, stream: int) -> None:
@@ -259,7 +275,11 @@ class _Program:
         when it already has that shape and strides (an input, an ATen result, a buffer allocated in its
         own layout), else a view made without the dispatcher (`_reinterpret_tensor`)."""
         slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
-        whole_or_view = _view_maker(layout, pass_whole=True)
+        whole_or_view = self._view_maker(layout, pass_whole=True)
+        if whole_or_view is None:  # the slot holds this very view (or, unplanned, what ATen calls read)
+            return lambda env, unplanned: env[slot]
+        if buffer not in self._extern_outputs:
+            return lambda env, unplanned: whole_or_view(env[slot])
 
         def view(env: Env, unplanned: Unplanned) -> torch.Tensor:
             if buffer in unplanned:
@@ -272,7 +292,9 @@ class _Program:
         # an input or constant is handed out as a view, never as the caller's (or our) tensor object
         may_pass = slot >= self.inputs and buffer not in self._constant_buffers and buffer not in self._passed
         self._passed.add(buffer)
-        make_view = _view_maker(layout, pass_whole=may_pass)
+        make_view = self._view_maker(layout, pass_whole=may_pass) or (lambda tensor: tensor)
+        if buffer not in self._extern_outputs:
+            return lambda env, unplanned: make_view(env[slot])
 
         def output(env: Env, unplanned: Unplanned) -> torch.Tensor:
             planned = unplanned.get(buffer)
@@ -280,6 +302,14 @@ class _Program:
                 return _unplanned_output(env[slot], layout, planned)
             return make_view(env[slot])
         return output
+
+    def _view_maker(self, layout: dict[str, Any], pass_whole: bool) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """base -> `layout`'s view of it; None when, with `pass_whole`, the slot is known to hold that
+        very view (the tensor itself is handed on, no check at run time)."""
+        held = self._held.get(layout["buffer"])
+        if pass_whole and held is not None and not layout["offset"] and held == _shape_of(layout):
+            return None
+        return _view_maker(layout, pass_whole=pass_whole and held is None)
 
 
 class _Planned:
@@ -312,18 +342,22 @@ class _Planned:
         return torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device).copy_(tensor)
 
 
+def _shape_of(layout: dict[str, Any]) -> tuple:
+    return tuple(layout["size"]), tuple(layout["stride"])
+
+
+def _as_view(base: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+    if _reinterpret_tensor is not None:
+        return _reinterpret_tensor(base, size, stride, offset)
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
 def _view_maker(layout: dict[str, Any], pass_whole: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     """base -> `layout`'s view of it; with `pass_whole`, base itself when it already is that view."""
     size, stride, offset = tuple(layout["size"]), tuple(layout["stride"]), layout["offset"]
-    if _reinterpret_tensor is not None:
-        def make_view(base: torch.Tensor) -> torch.Tensor:
-            return _reinterpret_tensor(base, size, stride, offset)
-    else:
-        def make_view(base: torch.Tensor) -> torch.Tensor:
-            return base.as_strided(size, stride, base.storage_offset() + offset)
     if not pass_whole or offset:
-        return make_view
-    return lambda base: base if base.shape == size and base.stride() == stride else make_view(base)
+        return lambda base: _as_view(base, size, stride, offset)
+    return lambda base: base if base.shape == size and base.stride() == stride else _as_view(base, size, stride, 0)
 
 
 def _allocator(slot: int, meta: dict[str, Any], device: torch.device) -> Callable:

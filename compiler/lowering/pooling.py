@@ -75,36 +75,23 @@ def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, kernel_size: S
 def max_pool2d_with_indices_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue,
                                      kernel_size: Sequence[int], stride: Sequence[int] | None, padding: Any,
                                      dilation: Any, ceil_mode: bool, indices: TensorValue) -> Lazy:
-    """Each input element sums the gradients of the windows whose maximum it was: for each window
-    offset (i, j), the output position that would place it there (when the offset divides evenly
-    by the stride and lands inside the output) contributes if its saved index names this element."""
+    """Each input element sums the gradients of the windows whose maximum it was, over the output
+    positions whose window covers it, if their saved index names this element."""
     kh, kw = _pair(kernel_size)
     sh, sw = _pair(stride, (kh, kw))
     ph, pw = _pair(padding)
     dh, dw = _pair(dilation)
     if kh * kw > MAX_WINDOW or x.rank not in (3, 4):
         raise NotImplementedError(f"a {kh}x{kw} window over a rank-{x.rank} input: run it as an ATen call")
-    out_h, out_w = grad.size[-2], grad.size[-1]
+    rows, columns = _covering(kh, sh, ph, dh, grad.size[-2]), _covering(kw, sw, pw, dw, grad.size[-1])
     width = x.size[-1]
     acc = compute_dtype(ctx.out_dtype)
 
-    def candidate(ops, position: Any, pad: int, offset: int, step: int, extent: int) -> tuple[Any, Any]:
-        """(whether an output position along one dim puts `position` at this window offset, that position)."""
-        numerator = position + pad - offset
-        value = ops.index_expr(numerator, "int64")
-        valid = ops.logical_and(
-            ops.logical_and(ops.ge(value, ops.constant(0, "int64")), ops.lt(value, ops.constant(extent * step, "int64"))),
-            ops.eq(ops.remainder(value, ops.constant(step, "int64")), ops.constant(0, "int64")))
-        return valid, FloorDiv(numerator, step)
-
     def load(ops, index):
-        ih, iw = index[-2], index[-1]
-        me = ops.index_expr(ih * width + iw, "int64")
+        me = ops.index_expr(index[-2] * width + index[-1], "int64")
         total = ops.constant(0.0, acc)
-        for i in range(kh):
-            valid_h, oh = candidate(ops, ih, ph, i * dh, sh, out_h)
-            for j in range(kw):
-                valid_w, ow = candidate(ops, iw, pw, j * dw, sw, out_w)
+        for valid_h, oh in rows(ops, index[-2]):
+            for valid_w, ow in columns(ops, index[-1]):
                 at = list(index[:-2]) + [oh, ow]
 
                 def contribution(at=at):
@@ -115,3 +102,27 @@ def max_pool2d_with_indices_backward(ctx: LoweringContext, grad: TensorValue, x:
         return total
 
     return Lazy(x.size, ctx.out_dtype, load)
+
+
+def _covering(kernel: int, stride: int, pad: int, dilation: int, extent: int) -> Any:
+    """`candidates(ops, position)`: (valid, output position) pairs along one dim, one for each output
+    position whose window may cover `position`. Undilated, the last such position is
+    (position + pad) // stride and the others precede it: ceil(kernel / stride) candidates (4 for
+    ResNet's 3x3 stride-2 pool, not 9). Dilated, one per window offset that divides evenly."""
+    def in_range(ops, value, high):
+        return ops.logical_and(ops.ge(value, ops.constant(0, "int64")), ops.lt(value, ops.constant(high, "int64")))
+
+    def undilated(ops, position):
+        last = FloorDiv(position + pad, stride)
+        for back in range(-(-kernel // stride)):
+            out = last - back
+            covers = ops.lt(ops.index_expr(position + pad - out * stride, "int64"), ops.constant(kernel, "int64"))
+            yield ops.logical_and(in_range(ops, ops.index_expr(out, "int64"), extent), covers), out
+
+    def dilated(ops, position):
+        for offset in range(0, kernel * dilation, dilation):
+            numerator = ops.index_expr(position + pad - offset, "int64")
+            divides = ops.eq(ops.remainder(numerator, ops.constant(stride, "int64")), ops.constant(0, "int64"))
+            yield ops.logical_and(in_range(ops, numerator, extent * stride), divides), FloorDiv(position + pad - offset, stride)
+
+    return undilated if dilation == 1 else dilated
