@@ -30,16 +30,19 @@ def _pair(value: Any, default: Sequence[int] | None = None) -> tuple[int, int]:
     return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
 
 
+def _window(kernel_size: Any, stride: Any, padding: Any, dilation: Any, rank: int) -> tuple[tuple[int, int], ...]:
+    """(kernel, stride, padding, dilation) as (h, w) pairs; NotImplementedError for what stays ATen's."""
+    kh, kw = _pair(kernel_size)
+    if kh * kw > MAX_WINDOW or rank not in (3, 4):
+        raise NotImplementedError(f"a {kh}x{kw} window over a rank-{rank} input: run it as an ATen call")
+    return (kh, kw), _pair(stride, (kh, kw)), _pair(padding), _pair(dilation)
+
+
 @register("aten.max_pool2d_with_indices.default")
 def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, kernel_size: Sequence[int],
                             stride: Sequence[int] | None = None, padding: Any = 0, dilation: Any = 1,
                             ceil_mode: bool = False) -> tuple[Lazy, Lazy]:
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, (kh, kw))
-    ph, pw = _pair(padding)
-    dh, dw = _pair(dilation)
-    if kh * kw > MAX_WINDOW or x.rank not in (3, 4):
-        raise NotImplementedError(f"a {kh}x{kw} window over a rank-{x.rank} input: run it as an ATen call")
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _window(kernel_size, stride, padding, dilation, x.rank)
     height, width = x.size[-2], x.size[-1]
     dtype = compute_dtype(x.dtype)
     out_size = tuple(ctx.out_meta[0].shape)
@@ -77,12 +80,7 @@ def max_pool2d_with_indices_backward(ctx: LoweringContext, grad: TensorValue, x:
                                      dilation: Any, ceil_mode: bool, indices: TensorValue) -> Lazy:
     """Each input element sums the gradients of the windows whose maximum it was, over the output
     positions whose window covers it, if their saved index names this element."""
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, (kh, kw))
-    ph, pw = _pair(padding)
-    dh, dw = _pair(dilation)
-    if kh * kw > MAX_WINDOW or x.rank not in (3, 4):
-        raise NotImplementedError(f"a {kh}x{kw} window over a rank-{x.rank} input: run it as an ATen call")
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _window(kernel_size, stride, padding, dilation, x.rank)
     rows, columns = _covering(kh, sh, ph, dh, grad.size[-2]), _covering(kw, sw, pw, dw, grad.size[-1])
     width = x.size[-1]
     acc = compute_dtype(ctx.out_dtype)
