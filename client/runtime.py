@@ -186,7 +186,7 @@ class _Program:
     def _alloc(self, step: dict[str, Any]) -> Callable:
         buffer = step["buffer"]
         slot, meta = self._slot(buffer), self.plan["buffers"][buffer]
-        own = (tuple(meta["size"]), tuple(meta["stride"])) if "size" in meta else ((meta["numel"],), (1,))
+        own = _allocated_layout(meta)
         if "reuse" in step:
             old = self._slot(step["reuse"])
             if self._held.get(step["reuse"]) == own:
@@ -360,11 +360,16 @@ def _view_maker(layout: dict[str, Any], pass_whole: bool) -> Callable[[torch.Ten
     return lambda base: base if base.shape == size and base.stride() == stride else _as_view(base, size, stride, 0)
 
 
+def _allocated_layout(meta: dict[str, Any]) -> tuple:
+    """(size, stride) a plan buffer is allocated with: its own layout when the plan gives one, else flat."""
+    return (tuple(meta["size"]), tuple(meta["stride"])) if "size" in meta else ((meta["numel"],), (1,))
+
+
 def _allocator(slot: int, meta: dict[str, Any], device: torch.device) -> Callable:
     """A plan buffer, in its own layout when the plan gives one (extern calls and outputs then take
     the tensor as it is), else flat."""
     dtype = getattr(torch, meta["dtype"])
-    size, stride = tuple(meta.get("size", (meta["numel"],))), tuple(meta.get("stride", (1,)))
+    size, stride = _allocated_layout(meta)
     fast = _empty_strided_cuda if device.type == "cuda" else _empty_strided_cpu if device.type == "cpu" else None
     if fast is not None:
         def alloc(env: Env, unplanned: Unplanned, stream: int) -> None:

@@ -51,7 +51,7 @@ def embedding_dense_backward(ctx: LoweringContext, grad: TensorValue, indices: T
         return ctx.extern("aten.embedding_dense_backward.default",
                           [grad, indices, num_weights, padding_idx, scale_grad_by_freq], {}, ctx.out_meta)[0]
     width = grad.size[-1]
-    acc = "float64" if grad.dtype == "float64" else "float32"
+    acc = compute_dtype(grad.dtype)
     rows, flat_indices = reshape(grad, (count, width)), reshape(indices, (count,))
 
     def source(ops, index):

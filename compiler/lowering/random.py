@@ -13,10 +13,12 @@ the same seed, one extra launch per random op.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import sympy
 
+from compiler.ir import Layout
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import RANDOM_LOWERINGS, register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
@@ -26,11 +28,8 @@ def random_values(ctx: LoweringContext, size: Sequence[int], kind: str) -> Lazy:
     """float32 Philox numbers of shape `size`: kind "rand" (uniform in [0, 1)) or "randn"."""
     buffer, position = ctx.random_seed()
     size = tuple(size)
-    strides, step = [], 1
-    for extent in reversed(size):
-        strides.insert(0, step)
-        step *= extent
-    offset_dtype = "int32" if step < 2**31 else "int64"  # Philox counters are 32 bits: past 2**32 they repeat
+    strides = Layout.contiguous(size, "float32").stride
+    offset_dtype = "int32" if math.prod(size) < 2**31 else "int64"  # Philox counters are 32 bits: past 2**32 they repeat
 
     def load(ops: Any, index: Sequence[Any]) -> Any:
         seed = ops.load(buffer, sympy.Integer(position))
