@@ -175,6 +175,7 @@ class Settings:
     with_inductor: bool = True
     autotune: bool = True
     benchmark_fusion: bool = True
+    profile: bool = False
 
 
 def run_case(case: Case, settings: Settings) -> dict:
@@ -227,6 +228,13 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
         ms = measure_ms()
         gbs = moved / ms / 1e6
         row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / settings.copy_gbs, 1)}
+    if settings.profile:
+        from bench.gpu_profile import profile_kernels
+
+        callables = {"fusewire": run, "inductor": compiled if settings.with_inductor else None}
+        for label, call in callables.items():
+            if call is not None:
+                row[label]["profile"] = profile_kernels(lambda: call(*inputs), top=12)["top_kernels"]
     return row
 
 
@@ -277,10 +285,12 @@ def main() -> None:
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile (faster)")
     parser.add_argument("--no-autotune", action="store_true", help="fusewire with heuristic configs only")
     parser.add_argument("--no-benchmark-fusion", action="store_true", help="the fusion score alone decides fusions")
+    parser.add_argument("--profile", action="store_true",
+                        help="add each kernel's GPU time (torch.profiler, one call) for fusewire and Inductor")
     args = parser.parse_args()
     major, minor = torch.cuda.get_device_capability()
     settings = Settings(f"cuda:sm_{major}{minor}", copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
-                        not args.no_benchmark_fusion)
+                        not args.no_benchmark_fusion, args.profile)
     print(f"device {torch.cuda.get_device_name()} ({settings.target}), torch {torch.__version__}, "
           f"device-to-device copy {settings.copy_gbs:.0f} GB/s")
     rows = _read_rows(args.jsonl) if args.resume and args.jsonl else []

@@ -106,18 +106,26 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         variants += [{"XBLOCK": x, "RBLOCK": r, "num_warps": 8} for x, r in ((64, 128), (128, 64))]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
         variants = [{"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
-                    {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 128, "RBLOCK": 16, "num_warps": 8}]
+                    {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 128, "RBLOCK": 16, "num_warps": 8},
+                    # a warp across 128-256 columns, a step's rows in its threads (see heuristics.outer_warps)
+                    {"XBLOCK": 128, "RBLOCK": 8, "num_warps": 1}, {"XBLOCK": 256, "RBLOCK": 8, "num_warps": 2}]
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
+    elif base["persistent"] and base.get("outer"):  # few rows, many columns: columns per warp matter most
+        x, warps = base["XBLOCK"], base["num_warps"]
+        variants = [{"num_warps": w} for w in (1, 2, 4) if w != warps]
+        variants += [{"XBLOCK": x * 2, "num_warps": min(16, warps * 2)}, {"XBLOCK": x * 4, "num_warps": min(16, warps * 4)},
+                     {"XBLOCK": max(1, x // 2)}]
     elif base["persistent"]:  # RBLOCK must cover the row; rows per program and warps may vary
         variants = [{"num_warps": w} for w in (4, 8, 16) if w != base["num_warps"]]
         variants += [{"XBLOCK": base["XBLOCK"] * 2}, {"XBLOCK": max(1, base["XBLOCK"] // 2)}]
         if can_regenerate and not base.get("outer") and kernel.rnumel >= 2 * LOOPED_RBLOCK_MIN:
             rblock = min(2048, _next_power_of_2(kernel.rnumel) // 2)  # at least two steps per row
             variants.append({"persistent": False, "XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8})
-    else:
-        variants = [{"RBLOCK": base["RBLOCK"] * 2}, {"RBLOCK": max(16, base["RBLOCK"] // 2)},
-                    {"num_warps": 16 if base["num_warps"] < 16 else 4}, {"XBLOCK": base["XBLOCK"] * 2},
+    else:  # a looped row: block length, warps, rows per program, pipelining
+        rblock = base["RBLOCK"]
+        variants = [{"RBLOCK": rblock * 2}, {"RBLOCK": max(16, rblock // 2)}, {"num_warps": 8},
+                    {"RBLOCK": rblock * 2, "num_warps": 8}, {"XBLOCK": base["XBLOCK"] * 2, "num_warps": 8},
                     {"num_stages": 2}]  # software-pipelined loads across loop steps
     configs = [dict(base)]
     for variant in variants:

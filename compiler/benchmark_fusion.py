@@ -12,8 +12,13 @@ Not decisive (`uncertain`):
   repeats its work (and its reads) once per gather. Here the whole program is scheduled both
   ways and `pick_schedule` times every kernel of each.
 
+Each kernel's time counts one LAUNCH_COST_MS on top of its GPU time: a launch costs the runtime
+host time and leaves the GPU a gap between kernels, which a kernel's timing in isolation does
+not see. So a fusion that saves a launch is kept unless it makes the GPU slower by more than that.
+
 Every decision is recorded with both timings (the manifest's fusion.benchmarked). Decisions
-are deterministic given the timings: fuse iff fused < sum of the parts (strictly).
+are deterministic given the timings: fuse iff fused + one launch < the parts + their launches
+(strictly).
 """
 
 from __future__ import annotations
@@ -30,6 +35,15 @@ from compiler.dependencies import ReadWrites
 from compiler.ir import Program
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, Schedule, internal_buffers
+
+# What one more launch costs a step beyond its kernel's GPU time: about the runtime's host time per
+# launch (bench/host_overhead.py: 5-9 us on an H100 host) less what overlaps with the GPU's work.
+LAUNCH_COST_MS = 0.003
+
+
+def with_launches(kernel_ms: list[float]) -> float:
+    """The kernels' GPU time plus one LAUNCH_COST_MS each: what they cost a step."""
+    return sum(kernel_ms) + LAUNCH_COST_MS * len(kernel_ms)
 
 
 def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_writes: dict[str, ReadWrites]) -> str | None:
@@ -72,11 +86,12 @@ class FusionBenchmarker:
         build_cubins(kernels, dtypes, self.target)
         fused_ms, *parts_ms = [self.timer(kernel, sizes) for kernel in kernels]
         self.spent_s += time.perf_counter() - started
-        keep = fused_ms < sum(parts_ms)
+        keep = with_launches([fused_ms]) < with_launches(parts_ms)
         verdict = "faster" if keep else "not faster"
         record = {"node1": first.name, "node2": second.name, "why_benchmarked": why, "fused_ms": fused_ms,
                   "unfused_ms": parts_ms, "fused": keep,
-                  "reason": f"benchmark: fused {fused_ms:.4f} ms is {verdict} than the parts' {sum(parts_ms):.4f} ms"}
+                  "reason": f"benchmark: fused {fused_ms:.4f} ms is {verdict} than the parts' {sum(parts_ms):.4f} ms "
+                            f"(one launch counts {LAUNCH_COST_MS} ms)"}
         return keep, record
 
     def pick_schedule(self, recomputed: Schedule, stored: Schedule, producers: list[str]) -> Schedule:
@@ -88,7 +103,7 @@ class FusionBenchmarker:
         started = time.perf_counter()
         recomputed_ms, stored_ms = self._kernel_times(recomputed), self._kernel_times(stored)
         self.spent_s += time.perf_counter() - started
-        keep = not sum(stored_ms) < sum(recomputed_ms)
+        keep = not with_launches(stored_ms) < with_launches(recomputed_ms)
         chosen = recomputed if keep else stored
         chosen.fusion_log["benchmarked"].append({
             "node1": ", ".join(producers), "node2": "their gathering readers",
@@ -96,7 +111,8 @@ class FusionBenchmarker:
                                "element instead of stored (both whole schedules timed)",
             "fused_ms": sum(recomputed_ms), "unfused_ms": stored_ms, "fused": keep,
             "recomputed_kernels_ms": recomputed_ms,
-            "reason": f"benchmark: recomputing takes {sum(recomputed_ms):.4f} ms, storing {sum(stored_ms):.4f} ms"})
+            "reason": f"benchmark: recomputing takes {sum(recomputed_ms):.4f} ms in {len(recomputed_ms)} kernels, "
+                      f"storing {sum(stored_ms):.4f} ms in {len(stored_ms)} (one launch counts {LAUNCH_COST_MS} ms)"})
         return chosen
 
     def _kernel_times(self, schedule: Schedule) -> list[float]:

@@ -41,6 +41,10 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(int(base) // int(divisor))
         if isinstance(base, FloorDiv):  # (a // b) // c == a // (b * c)
             return FloorDiv(base.args[0], base.args[1] * divisor)
+        if isinstance(base, ModularIndexing) and isinstance(divisor, sympy.Integer) and int(base.args[2]) % int(divisor) == 0:
+            # ((a // b) % m) // c == (a // (b * c)) % (m / c) when c divides m
+            inner, step, modulus = base.args
+            return ModularIndexing(inner, step * divisor, sympy.Integer(int(modulus) // int(divisor)))
         if isinstance(divisor, sympy.Integer) and isinstance(base, sympy.Add):
             # pull out terms that are exact multiples of the divisor
             exact = [t for t in base.args if _is_multiple(t, int(divisor))]

@@ -122,6 +122,21 @@ def test_benchmarking_keeps_a_fusion_that_is_faster_and_records_both_timings():
     assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 1
 
 
+def test_a_fusion_that_saves_a_launch_may_cost_the_gpu_up_to_one_launch():
+    import torch
+
+    from compiler.benchmark_fusion import LAUNCH_COST_MS
+
+    def kernels(fused_ms):
+        scheduled = _bench_schedule(lambda a: (a * 2, a.sum(-1)), [torch.randn(8, 300)], fused_ms=fused_ms, parts_ms=0.01)
+        return len([s for s in scheduled.steps if isinstance(s, KernelGroup)]), scheduled.fusion_log["benchmarked"][0]
+
+    count, decision = kernels(0.02 + 0.9 * LAUNCH_COST_MS)  # slower than both parts, by less than a launch
+    assert count == 1 and decision["fused"] is True and "launch counts" in decision["reason"]
+    count, decision = kernels(0.02 + 1.1 * LAUNCH_COST_MS)
+    assert count == 2 and decision["fused"] is False
+
+
 def test_producer_consumer_fusions_are_left_to_the_score():
     import torch
 
@@ -210,7 +225,7 @@ def test_explain_shows_decisions_made_by_timing():
     scheduled, _ = _recompute_schedule(recomputing_ms=5.0, storing_ms=1.0)
     text = describe(build_artifact(graph, "cpu", CompileOptions(), generate(scheduled, "cpu")))
     assert "uncertain fusions: uncertain fusions timed on the GPU" in text
-    assert "recomputing takes 5.0000 ms, storing 2.0000 ms (recompute:" in text
+    assert "recomputing takes 5.0000 ms in 1 kernels, storing 2.0000 ms in 2 (one launch counts" in text
 
 
 def test_a_persistent_reduction_is_also_tried_as_a_loop_with_its_own_source(monkeypatch):

@@ -77,3 +77,17 @@ def test_multiples_stay_inside_when_the_rest_could_be_negative():
     assert isinstance(FloorDiv(x - 8 + 9 * y, 9), FloorDiv)
     assert ModularIndexing(x + 8 + 9 * y, 1, 9) == ModularIndexing(x + 8, 1, 9)  # non-negative rest: simplified
     assert FloorDiv(x + 8 + 9 * y, 9) == y + FloorDiv(x + 8, 9)
+
+
+def test_a_division_of_a_modulo_by_a_factor_of_its_modulus_is_one_modulo():
+    # ((r % 12544) // 112) is (r // 112) % 112: then 112 * that + r % 112 joins into r % 12544,
+    # the per-image index of an NCHW BatchNorm reduction over N, H, W (two div/mods per element, not four)
+    bounds = {RINDEX: 50176}
+    assert FloorDiv(ModularIndexing(RINDEX, 1, 12544), 112) == ModularIndexing(RINDEX, 112, 112)
+    nchw = 802816 * FloorDiv(RINDEX, 12544) + 112 * FloorDiv(ModularIndexing(RINDEX, 1, 12544), 112) \
+        + ModularIndexing(RINDEX, 1, 112)
+    assert simplify_index(nchw, bounds) == 802816 * FloorDiv(RINDEX, 12544) + ModularIndexing(RINDEX, 1, 12544)
+    small = {RINDEX: 360}
+    for step, modulus, factor in ((3, 12, 4), (1, 36, 6), (5, 8, 8)):
+        expr = FloorDiv(ModularIndexing(RINDEX, step, modulus), factor)
+        assert _values(expr, small) == [((r // step) % modulus) // factor for r in range(360)]

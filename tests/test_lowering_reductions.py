@@ -225,3 +225,32 @@ def test_reduction_backward(name):
         return [y] + list(torch.autograd.grad(y, x, torch.ones_like(y)))
 
     check(fn, rand((4, 6)))
+
+
+def _kernel_sources(result) -> str:
+    return "\n".join(result.artifact.kernel_source(k) for k in result.artifact.manifest["kernels"])
+
+
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16])
+def test_values_that_repeat_along_the_reduced_dim_are_loaded_per_row_and_counted_per_element(dtype):
+    """A load whose index has no reduction term (a per-row mean, a mask broadcast over the
+    reduced dim) keeps the shape [XBLOCK, 1]; every reduction of it must still count each
+    element of the row: its sum is value * length, its variance 0, its argmax the first."""
+    def fn(x, per_row, mask):
+        centered = x - per_row[:, None]
+        repeated = per_row[:, None].expand(-1, x.shape[1])
+        masked = torch.where(mask[None, :], x, 0.0)  # a reduction over dim 0: the mask is per output column
+        return (centered.sum(1), repeated.sum(1), repeated.amax(1), repeated.var(1), repeated.argmax(1),
+                (repeated - 1).amin(1), masked.sum(0))
+
+    result = check(fn, rand((37, 301), dtype), rand((37,), dtype), rand((301,), BOOL))
+    assert "+ xindex, xmask, other=0" in _kernel_sources(result)
+
+
+def test_per_row_loads_in_a_looped_reduction_and_under_a_masked_op():
+    # rows longer than one block (a loop over the row); a pad makes a masked load inside the row
+    def fn(x, per_row):
+        padded = torch.nn.functional.pad(x, (3, 0))
+        return (padded - per_row[:, None]).sum(1), (x * per_row[:, None]).amax(1)
+
+    check(fn, rand((9, 5000)), rand((9,)))

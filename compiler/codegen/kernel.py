@@ -153,12 +153,21 @@ class KernelWriter(TritonMathOps):
         if buffer in self.group_writes:
             self.missed_loads.add(buffer)
         dtype = self.buffer_dtypes[buffer]
-        call = f"tl.load({self.pointer(buffer)} + {offset}, {self.current_mask()}, other=0"
+        call = f"tl.load({self.pointer(buffer)} + {offset}, {self._load_mask(index)}, other=0"
         row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols
         raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", row_invariant))
         if dtype in ("bfloat16", "float16"):
             return self.emit(f"{raw}.to(tl.float32)", "float32")
         return raw
+
+    def _load_mask(self, index: Expr) -> str:
+        """The mask of a load at `index`. A load of one value per row in a loop over the row
+        (mean and rstd in a norm's backward, a mask broadcast over the reduced dim) keeps the
+        shape [XBLOCK, 1]: loaded once per row, not once per lane of the row, and broadcast
+        where it meets the row's values (a reduction masks its input with rxmask first)."""
+        if self.section.kind == "r" and not self._masks and index.free_symbols == {XINDEX} and self.bounds[RINDEX] > 0:
+            return "xmask"
+        return self.current_mask()
 
     def cast(self, value: Var, dtype: str) -> str:
         """Text converting `value` to `dtype`, rounding to nearest even like the GPU does."""
