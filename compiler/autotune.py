@@ -124,9 +124,8 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
             variants.append({"persistent": False, "XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8})
     else:  # a looped row: block length, warps, rows per program, pipelining
         rblock = base["RBLOCK"]
-        variants = [{"RBLOCK": rblock * 2}, {"RBLOCK": max(16, rblock // 2)}, {"num_warps": 8},
-                    {"RBLOCK": rblock * 2, "num_warps": 8}, {"XBLOCK": base["XBLOCK"] * 2, "num_warps": 8},
-                    {"num_stages": 2}]  # software-pipelined loads across loop steps
+        variants = [{"RBLOCK": rblock * 2}, {"RBLOCK": max(16, rblock // 2)}, {"num_warps": 16},
+                    {"XBLOCK": base["XBLOCK"] * 2}, {"num_stages": 2}]  # software-pipelined loads across loop steps
     configs = [dict(base)]
     for variant in variants:
         config = base | variant

@@ -15,8 +15,9 @@ class CompileOptions(BaseModel):
     eager_random: bool = Field(False, description="random ops (dropout, rand, bernoulli) run as ATen calls and "
                                "draw eager's numbers under the same seed; off, they are drawn inside the fused "
                                "kernels (Philox, seeded from torch's generator): fewer launches, other masks")
-    autotune_budget_s: float = Field(10.0, ge=0, le=600,
-                                     description="seconds of GPU timing per graph, benchmark-driven fusion and autotuning together")
+    autotune_budget_s: float = Field(30.0, ge=0, le=600,
+                                     description="seconds of GPU timing per graph, benchmark-driven fusion and autotuning "
+                                                 "together; fusion takes at most half")
 
 
 class Limits(BaseModel):

@@ -137,6 +137,22 @@ def test_a_fusion_that_saves_a_launch_may_cost_the_gpu_up_to_one_launch():
     assert count == 2 and decision["fused"] is False
 
 
+def test_benchmarking_stops_at_half_the_budget_and_leaves_the_rest_to_autotuning():
+    import torch
+
+    from compiler.benchmark_fusion import FUSION_SHARE, FusionBenchmarker
+
+    program = lower(_trace(lambda a: (a * 2, a.sum(-1)), torch.randn(8, 300)))
+    options = CompileOptions(autotune_budget_s=4.0)
+    judge = FusionBenchmarker(TARGET, options, lambda kernel, sizes: 9.0 if len(kernel.nodes) > 1 else 1.0)
+    judge.spent_s = options.autotune_budget_s * FUSION_SHARE + 0.01  # past its share: the score decides
+    scheduled = schedule(program, options, judge)
+    assert scheduled.fusion_log["benchmarked"] == []
+    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 1
+    judge.spent_s = options.autotune_budget_s * FUSION_SHARE - 0.5  # within it: timed, and refused
+    assert schedule(lower(_trace(lambda a: (a * 2, a.sum(-1)), torch.randn(8, 300))), options, judge).fusion_log["benchmarked"]
+
+
 def test_producer_consumer_fusions_are_left_to_the_score():
     import torch
 
