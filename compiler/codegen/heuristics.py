@@ -63,8 +63,9 @@ def _inner_config(shape: KernelShape) -> dict:
         num_warps = min(16, max(2, xblock * rblock // 512))
         return _config(xblock, rblock, num_warps, True)
     # A looped row, one per program. 8 warps or 16 depends on the kernel (H100, 2026-11-23: a
-    # log_softmax of 4096 x 32000 bf16 in one kernel 0.49 ms with 8 warps, 0.35 with 16; a
-    # BatchNorm of 128 channels x 25088 0.011 ms with 8, 0.015 with 16): autotuning tries both,
+    # log_softmax of 4096 x 32000 bf16 in one kernel 0.49 ms with 8 warps, 0.35 with 16; with 16
+    # as the default, ResNet's BatchNorm forward of 128 channels x 25088 went from 0.011 ms to
+    # 0.015, its fusions decided on that config too): autotuning tries both,
     # and so does benchmark-driven fusion (LOOPED_TRIALS), whose decisions would otherwise rest
     # on a config that autotuning later replaces.
     return _config(1, 2048, 8, False)
