@@ -76,9 +76,10 @@ def test_without_a_gpu_the_heuristics_decide_and_the_manifest_says_so():
 
 # --- benchmark-driven fusion (compiler/benchmark_fusion.py) ---------------------------------------
 
-def _bench_schedule(fn, inputs, fused_ms, parts_ms):
+def _bench_schedule(fn, inputs, fused_ms, parts_ms, options=CompileOptions(), spent_s=0.0):
     """Schedules fn with a FusionBenchmarker whose 'GPU' answers fused_ms for a fused kernel and
-    parts_ms for each part (a kernel with fewer nodes), so the decision can be checked on CPU."""
+    parts_ms for each part (a kernel with fewer nodes), so the decision can be checked on CPU;
+    `spent_s`: seconds the benchmarker has already spent."""
     import torch  # noqa: F401
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -93,8 +94,9 @@ def _bench_schedule(fn, inputs, fused_ms, parts_ms):
         most_nodes[0] = max(most_nodes[0], len(kernel.nodes))
         return fused_ms if len(kernel.nodes) == most_nodes[0] and len(kernel.nodes) > 1 else parts_ms
 
-    judge = FusionBenchmarker(TARGET, CompileOptions(), timer)
-    return schedule(program, CompileOptions(), judge)
+    judge = FusionBenchmarker(TARGET, options, timer)
+    judge.spent_s = spent_s
+    return schedule(program, options, judge)
 
 
 def test_benchmarking_overturns_a_horizontal_fusion_the_score_would_take():
@@ -140,17 +142,19 @@ def test_a_fusion_that_saves_a_launch_may_cost_the_gpu_up_to_one_launch():
 def test_benchmarking_stops_at_half_the_budget_and_leaves_the_rest_to_autotuning():
     import torch
 
-    from compiler.benchmark_fusion import FUSION_SHARE, FusionBenchmarker
+    from compiler.benchmark_fusion import FUSION_SHARE
 
-    program = lower(_trace(lambda a: (a * 2, a.sum(-1)), torch.randn(8, 300)))
     options = CompileOptions(autotune_budget_s=4.0)
-    judge = FusionBenchmarker(TARGET, options, lambda kernel, sizes: 9.0 if len(kernel.nodes) > 1 else 1.0)
-    judge.spent_s = options.autotune_budget_s * FUSION_SHARE + 0.01  # past its share: the score decides
-    scheduled = schedule(program, options, judge)
-    assert scheduled.fusion_log["benchmarked"] == []
-    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 1
-    judge.spent_s = options.autotune_budget_s * FUSION_SHARE - 0.5  # within it: timed, and refused
-    assert schedule(lower(_trace(lambda a: (a * 2, a.sum(-1)), torch.randn(8, 300))), options, judge).fusion_log["benchmarked"]
+    share = options.autotune_budget_s * FUSION_SHARE
+
+    def scheduled(spent_s):  # fused 9 ms against parts of 1 ms: timed, the fusion is refused
+        return _bench_schedule(lambda a: (a * 2, a.sum(-1)), [torch.randn(8, 300)], fused_ms=9.0, parts_ms=1.0,
+                               options=options, spent_s=spent_s)
+
+    past = scheduled(share + 0.01)  # past its share: the score decides
+    assert past.fusion_log["benchmarked"] == []
+    assert len([s for s in past.steps if isinstance(s, KernelGroup)]) == 1
+    assert scheduled(share - 0.5).fusion_log["benchmarked"]
 
 
 def test_producer_consumer_fusions_are_left_to_the_score():
