@@ -190,7 +190,11 @@ class Backend:
 
         # a new AotAutograd each time: it rewrites its own kwargs when called
         split = partition_options(self.settings.partitioner)
-        return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_graph, **split)(gm, example_inputs)
+        # keep_inference_input_mutations: in-place updates of inputs that need no gradient (BatchNorm's
+        # running statistics) stay in the graph and are stored by the kernel that computes them, where
+        # aot_autograd would otherwise copy each one back after the graph (60 copies per ResNet step)
+        return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_graph,
+                            keep_inference_input_mutations=True, **split)(gm, example_inputs)
 
     def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> "GraphFunction":
         """aot_autograd's fw/bw compiler: a boxed callable returning what `gm` returns."""
@@ -350,6 +354,7 @@ class GraphFunction:
                 module, tensors, spec, constants = self._strip_outputs(), list(inputs), self.out_spec, self._constants()
             else:
                 module, tensors, spec, constants = self._specialise(inputs)
+            module, padded = _with_an_output(module)
             graph = from_fx(module, tensors)
         with self._timed("artifact"):
             blob = self.backend.artifact_for(graph, _target(tensors))
@@ -358,7 +363,7 @@ class GraphFunction:
         if self.backend.settings.cuda_graphs:
             runner = self._graphed(runner, inputs, tensors)
         tensor_positions = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
-        return _Variant(runner, tensor_positions, spec, constants)
+        return _Variant(runner, tensor_positions, spec, constants, drop_last=padded)
 
     def _graphed(self, runner: Any, inputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> Any:
         """CUDA-graph mode: the runner wrapped to capture and replay its launches (CUDA tensors only)."""
@@ -435,6 +440,19 @@ class GraphFunction:
         warnings.warn(f"fusewire: {self.name} runs eagerly: {reason}", FusewireWarning, stacklevel=3)
 
 
+def _with_an_output(module: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, bool]:
+    """A graph whose only effect is writing into its inputs (an optimizer step, a BatchNorm running
+    statistics update kept in the graph) returns nothing, and the wire format needs an output: such a
+    graph also returns its first input, which the caller drops (True)."""
+    output = module.graph.find_nodes(op="output")[0]
+    placeholders = module.graph.find_nodes(op="placeholder")
+    if pytree.tree_leaves(output.args[0]) or not placeholders:
+        return module, False
+    output.args = ((placeholders[0],),)
+    module.recompile()
+    return module, True
+
+
 def _tensor_guard(args: list) -> Any:
     """A C++ check that tensors have exactly these tensors' sizes, strides, dtypes, devices and
     dispatch keys; None if this torch has no such check."""
@@ -462,6 +480,7 @@ class _Variant:
     # the same check in C++ (dynamo's TensorGuards: also dispatch keys and requires_grad), 6x faster for
     # the 100+ arguments of a training graph; None where this torch lacks it
     _guard: Any = None
+    drop_last: bool = False  # the artifact returns one tensor more than the graph (_with_an_output)
 
     def remember(self, args: list) -> "_Variant":
         if len(self.tensor_positions) == len(args):
@@ -483,6 +502,8 @@ class _Variant:
 
     def __call__(self, args: list) -> Any:
         results = self.runner.run_checked([args[i] for i in self.tensor_positions])
+        if self.drop_last:
+            results.pop()
         if not self.constants:
             if self.out_spec.type in (list, tuple) and self.out_spec.num_leaves == self.out_spec.num_children:
                 return self.out_spec.type(results)  # aot_autograd's flat list or tuple: no pytree walk

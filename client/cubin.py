@@ -48,13 +48,18 @@ class CubinKernel:
         """`launch(stream, *pointers)` runs the kernel on `grid`, the pointers given as ints (`data_ptr()`:
         given tensors, Triton's launcher asks the driver about each pointer on every launch); through
         Triton's launch hooks when some are installed (a profiler's), unless `use_hooks` is False."""
-        from triton import knobs
         from triton.runtime import _allocation
 
         compiled, constants = self.compiled, self.constants
-        compiled._init_handles()
-        run = compiled.run  # Triton's CudaLauncher for this kernel
-        if use_hooks and (_active(knobs.runtime.launch_enter_hook) or _active(knobs.runtime.launch_exit_hook)):
+        direct = self.direct_call(grid, use_hooks)
+        if direct is not None:
+            c_launch, before, after = direct
+
+            def launch(stream: int, *pointers: int) -> None:
+                c_launch(*before[:3], stream, *before[3:], *pointers, *after)
+            return launch
+        run = compiled.run
+        if use_hooks and _hooked():
             def launch_hooked(stream: int, *pointers: int) -> None:  # a profiler hook wants its metadata
                 compiled[grid](*pointers, *constants, stream=stream)
             return launch_hooked
@@ -67,10 +72,6 @@ class CubinKernel:
 
         head = (compiled.function, run.launch_cooperative_grid, run.launch_pdl)
         tail = (compiled.packed_metadata, None, None, None)
-        if not run.global_scratch_size and not run.profile_scratch_size:
-            def launch(stream: int, *pointers: int) -> None:
-                c_launch(x, y, z, stream, *head, None, None, *tail, *pointers, *constants)
-            return launch
 
         def launch_with_scratch(stream: int, *pointers: int) -> None:
             global_scratch = scratch(run.global_scratch_size, run.global_scratch_align, _allocation._allocator, stream)
@@ -78,6 +79,25 @@ class CubinKernel:
                                       _allocation._profile_allocator, stream)
             c_launch(x, y, z, stream, *head, global_scratch, profile_scratch, *tail, *pointers, *constants)
         return launch_with_scratch
+
+    def direct_call(self, grid: tuple[int, int, int], use_hooks: bool = True) -> tuple[Callable, tuple, tuple] | None:
+        """Triton's C launcher and what it takes around the stream and the pointers, for a launch with
+        no scratch memory and no launch hooks: `c_launch(*before[:3], stream, *before[3:], *pointers,
+        *after)` runs the kernel on `grid`. None when this kernel or an installed hook needs more."""
+        compiled = self.compiled
+        compiled._init_handles()
+        run = compiled.run  # Triton's CudaLauncher for this kernel
+        if (use_hooks and _hooked()) or run.global_scratch_size or run.profile_scratch_size:
+            return None
+        before = (*grid, compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                  compiled.packed_metadata, None, None, None)
+        return run.launch, before, tuple(self.constants)
+
+
+def _hooked() -> bool:
+    from triton import knobs
+
+    return _active(knobs.runtime.launch_enter_hook) or _active(knobs.runtime.launch_exit_hook)
 
 
 def _active(hook: Any) -> bool:

@@ -14,9 +14,10 @@ sources the interpreter imports) is loaded only from artifacts whose signature c
 from __future__ import annotations
 
 import importlib.util
+import keyword
 import math
 import os
-from operator import itemgetter
+import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -86,7 +87,7 @@ class CompiledGraph:
     def constant_pointers(self, device: torch.device) -> set[int]:
         """Addresses of the storages of the artifact's constants on `device` (prepared by a run there)."""
         program = self._programs.get(device)
-        return {t.untyped_storage().data_ptr() for t in program.template if t is not None} if program else set()
+        return {t.untyped_storage().data_ptr() for t in program.constants.values()} if program else set()
 
     def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
         if len(inputs) != len(self._input_specs):
@@ -110,14 +111,18 @@ class CompiledGraph:
 
 
 _CPU = torch.device("cpu")
-_data_ptr = torch.Tensor.data_ptr
-Env = list  # a call's tensors, one slot per buffer of the plan
 Unplanned = dict  # buffer -> planned layout, for extern results unlike their plan (read by no kernel)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}")  # kernel and op names become names in the source: or not
 
 
 class _Program:
-    """The plan prepared for one device: each step a closure over slot numbers (buffers), its
-    launcher and its grid. `run` fills a fresh slot list and calls the steps in order."""
+    """The plan prepared for one device, as one generated Python function (`source`): every buffer a
+    local variable, every step a line: allocations with their sizes, launches with their grids and
+    pointer lists, extern calls with their views, frees. This is what Inductor's generated wrapper
+    is, without the per-step closure calls and list indexing a loop over prepared steps costs.
+
+    The source names only local variables (`s<slot>`) and objects it is handed (`_names`); nothing of
+    the plan but integers is written into it."""
 
     def __init__(self, graph: CompiledGraph, device: torch.device) -> None:
         plan = self.plan = graph.plan
@@ -125,191 +130,213 @@ class _Program:
         self.slots: dict[str, int] = {spec["buffer"]: i for i, spec in enumerate(plan["inputs"])}
         self.inputs = len(self.slots)
         kernel_read = {name for step in plan["steps"] if step["op"] == "kernel" for name in step["args"]}
-        constants = [(self._slot(name), tensor) for name, tensor in graph._constants_on(device).items()]
         self._constant_buffers = {entry["buffer"] for entry in plan.get("constants", [])}
         self._passed: set[str] = set()  # buffers an output hands out as they are (one output each)
-        # (size, stride) of the tensor each buffer's slot holds, where the plan fixes it: allocations and
-        # ATen results (unless `unplanned`). Not inputs: the strides of their size-1 dims may differ.
-        self._held: dict[str, tuple] = {}
+        # (size, stride) of the tensor each buffer's variable holds, where the plan fixes it: allocations and
+        # ATen results (unless `unplanned`), inputs without size-1 dims (whose strides may differ: unheld).
+        self._held: dict[str, tuple] = {spec["buffer"]: (tuple(spec["size"]), tuple(spec["stride"]))
+                                         for spec in plan["inputs"] if 1 not in spec["size"]}
         self._extern_outputs: set[str] = set()
+        self._names: dict[str, Any] = {"Tensor": torch.Tensor, "view": _as_view, "unplanned_result": _results_of}
+        self._lines: list[str] = []
+        self.constants = graph._constants_on(device)
+        for buffer, tensor in self.constants.items():
+            self._line(f"{self._var(buffer)} = {self._name(tensor, 'constant')}")
         kernels = graph._kernels_on(device)
-        self.steps = [self._prepare(step, kernels, kernel_read) for step in plan["steps"]]
-        self.outputs = [self._output(o) for o in plan["outputs"]]
-        self.template: Env = [None] * len(self.slots)
-        for slot, tensor in constants:
-            self.template[slot] = tensor
+        for step in plan["steps"]:
+            self._prepare(step, kernels, kernel_read)
+        outputs = [self._output(o) for o in plan["outputs"]]
+        self._line(f"return [{', '.join(outputs)}]")
+        self.source = self._function_source()
+        namespace = dict(self._names)
+        exec(compile(self.source, f"<fusewire plan {graph.artifact.key[:12]}>", "exec"), namespace)
+        self._steps = namespace["steps"]
         # inputs that kernels read directly: on a GPU their addresses must be 16-byte aligned
         self.aligned_inputs = [i for i, spec in enumerate(plan["inputs"]) if spec["buffer"] in kernel_read] \
             if device.type == "cuda" else []
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
-    def _slot(self, buffer: str) -> int:
-        return self.slots.setdefault(buffer, len(self.slots))
+    # -- building the source --------------------------------------------------------------------
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        env = self.template.copy()
-        env[:self.inputs] = inputs
-        moved = [i for i in self.aligned_inputs if env[i].data_ptr() % ALIGNMENT]
-        for i in moved:  # kernels were built for aligned pointers: run on an aligned copy
-            env[i] = torch.empty_strided(inputs[i].shape, inputs[i].stride(), dtype=inputs[i].dtype,
-                                         device=self.device).copy_(inputs[i])
-        unplanned: Unplanned = {}
-        if self.device.type == "cuda":
-            stream = torch.cuda.current_stream(self.device).cuda_stream
-            with torch.cuda.device(self.device):  # plan allocations go to the current device
-                for step in self.steps:
-                    step(env, unplanned, stream)
-        else:
-            for step in self.steps:
-                step(env, unplanned, 0)
-        for i in moved:  # the copy may have been written (a mutated input)
-            inputs[i].copy_(env[i])
-        return [output(env, unplanned) for output in self.outputs]
+    def _var(self, buffer: str) -> str:
+        return f"s{self.slots.setdefault(buffer, len(self.slots))}"
 
-    def _prepare(self, step: dict[str, Any], kernels: dict[str, Any], kernel_read: set[str]) -> Callable:
+    def _name(self, value: Any, hint: str) -> str:
+        """A name the source can use for `value` (handed to the function, never written as text)."""
+        if value is None or value is True or value is False or type(value) is int:
+            return repr(value)
+        name = f"{hint if _IDENTIFIER.fullmatch(hint) else 'value'}_{len(self._names)}"
+        self._names[name] = value
+        return name
+
+    def _line(self, text: str) -> None:
+        self._lines.append(text)
+
+    def _function_source(self) -> str:
+        inputs = [f"s{i}" for i in range(self.inputs)]
+        head = [f"def steps(inputs, stream):"]
+        if inputs:
+            head.append(f"    {', '.join(inputs)}, = inputs")
+        head.append("    unplanned = {}")
+        return "\n".join(head + [f"    {line}" for line in self._lines]) + "\n"
+
+    def _prepare(self, step: dict[str, Any], kernels: dict[str, Any], kernel_read: set[str]) -> None:
         op = step["op"]
         if op == "alloc":
-            return self._alloc(step)
-        if op == "free":
-            slot = self._slot(step["buffer"])
-            if step.get("keep"):  # a later alloc reuses it (and clears the slot then)
-                return lambda env, unplanned, stream: None
+            self._alloc(step)
+        elif op == "free":
+            if not step.get("keep"):  # kept: a later alloc reuses it (and clears the variable then)
+                self._line(f"{self._var(step['buffer'])} = None")
+        elif op == "kernel":
+            self._kernel(step, kernels[step["kernel"]])
+        elif op == "extern":
+            self._extern(step, kernel_read)
+        else:
+            raise RuntimeError_(f"unknown plan step {op!r}")
 
-            def free(env: Env, unplanned: Unplanned, stream: int) -> None:
-                env[slot] = None
-            return free
-        if op == "kernel":
-            return self._kernel(step, kernels[step["kernel"]])
-        if op == "extern":
-            return self._extern(step, kernel_read)
-        raise RuntimeError_(f"unknown plan step {op!r}")
-
-    def _alloc(self, step: dict[str, Any]) -> Callable:
+    def _alloc(self, step: dict[str, Any]) -> None:
         buffer = step["buffer"]
-        slot, meta = self._slot(buffer), self.plan["buffers"][buffer]
+        var, meta = self._var(buffer), self.plan["buffers"][buffer]
         own = _allocated_layout(meta)
+        size, stride = (self._name(v, "shape") for v in own)
         if "reuse" in step:
-            old = self._slot(step["reuse"])
+            old = self._var(step["reuse"])
             if self._held.get(step["reuse"]) == own:
-                def reuse(env: Env, unplanned: Unplanned, stream: int) -> None:
-                    env[slot], env[old] = env[old], None
+                self._line(f"{var}, {old} = {old}, None")
             else:  # viewed in its own layout once here, not at every use
-                size, stride = own
-
-                def reuse(env: Env, unplanned: Unplanned, stream: int) -> None:
-                    env[slot], env[old] = _as_view(env[old], size, stride, 0), None
-            self._held[buffer] = own
-            return reuse
+                self._line(f"{var}, {old} = view({old}, {size}, {stride}, 0), None")
+        else:
+            empty = self._name(_allocator(self.device), "empty")
+            self._line(f"{var} = {empty}({size}, {stride}, {self._name(getattr(torch, meta['dtype']), 'dtype')})")
         self._held[buffer] = own
-        return _allocator(slot, meta, self.device)
 
-    def _kernel(self, step: dict[str, Any], kernel: Any) -> Callable:
-        slots = [self._slot(name) for name in step["args"]]
+    def _kernel(self, step: dict[str, Any], kernel: Any) -> None:
+        variables = [self._var(name) for name in step["args"]]
         grid = tuple(step["grid"])
         if hasattr(kernel, "launcher"):  # a prebuilt cubin: the cheapest launch path there is
             # Pointers go to Triton's launcher as ints: given tensors, it asks the driver about each
-            # pointer (cuPointerGetAttribute) on every launch. Every slot holds a tensor on this device.
-            launch = kernel.launcher(grid)
-            if len(slots) == 1:
-                (only,) = slots
-
-                def run_cubin_1(env: Env, unplanned: Unplanned, stream: int) -> None:
-                    launch(stream, env[only].data_ptr())
-                return run_cubin_1
-            arguments = itemgetter(*slots)
-
-            def run_cubin(env: Env, unplanned: Unplanned, stream: int) -> None:
-                launch(stream, *map(_data_ptr, arguments(env)))
-            return run_cubin
+            # pointer (cuPointerGetAttribute) on every launch. Every variable holds a tensor on this device.
+            pointers = [f"{v}.data_ptr()" for v in variables]
+            direct = kernel.direct_call(grid)
+            if direct is None:  # scratch memory or a profiler's launch hooks: Triton's slower path
+                self._line(f"{self._name(kernel.launcher(grid), 'launch')}(stream, {', '.join(pointers)})")
+                return
+            c_launch, before, after = direct
+            before = [self._name(v, "launch_arg") for v in before]
+            after = [self._name(v, "launch_arg") for v in after]
+            arguments = [*before[:3], "stream", *before[3:], *pointers, *after]
+            self._line(f"{self._name(c_launch, step['kernel'])}({', '.join(arguments)})")
+            return
         config = step["config"]
         fixed = dict(xnumel=step["xnumel"], rnumel=step["rnumel"], XBLOCK=config["XBLOCK"], RBLOCK=config["RBLOCK"],
                      num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
-        launch = kernel[grid]
+        self._line(f"{self._name(kernel[grid], step['kernel'])}({', '.join(variables)}, **{self._name(fixed, 'config')})")
 
-        def run_source(env: Env, unplanned: Unplanned, stream: int) -> None:
-            launch(*[env[i] for i in slots], **fixed)
-        return run_source
-
-    def _extern(self, step: dict[str, Any], kernel_read: set[str]) -> Callable:
+    def _extern(self, step: dict[str, Any], kernel_read: set[str]) -> None:
         namespace, name, overload = step["target"].split(".")
         if namespace not in ALLOWED_NAMESPACES:
             raise RuntimeError_(f"extern call to {step['target']} is not allowed")
         op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
-        args = [self._value(a) for a in step["args"]]
-        kwargs = {k: self._value(v) for k, v in step["kwargs"].items()}
+        arguments = [self._value(a) for a in step["args"]]
+        for key, value in step["kwargs"].items():
+            if not key.isidentifier() or keyword.iskeyword(key):
+                raise RuntimeError_(f"extern call to {step['target']}: {key!r} is not an argument name")
+            arguments.append(f"{key}={self._value(value)}")
+        call = f"{self._name(op, name)}({', '.join(arguments)})"
+        outputs = list(zip(step["outputs"], step["layouts"]))
+        if not outputs:
+            self._line(call)
+            return
         positions = step.get("positions")
-        outputs = [(self._slot(b), b, _Planned(layout, self.device), b in kernel_read)
-                   for b, layout in zip(step["outputs"], step["layouts"])]
-        for b, layout in zip(step["outputs"], step["layouts"]):
-            self._held[b] = _shape_of(layout)
-            self._extern_outputs.add(b)
-        target = step["target"]
+        self._line(f"result = {call}")
+        if len(outputs) == 1 and positions is None:
+            self._line(f"result = result if isinstance(result, Tensor) else unplanned_result(result, None, 1)[0]")
+            results = ["result"]
+        else:
+            self._line(f"result = unplanned_result(result, {self._name(positions, 'positions')}, {len(outputs)})")
+            results = [f"result[{i}]" for i in range(len(outputs))]
+        for (buffer, layout), result in zip(outputs, results):
+            var, planned = self._var(buffer), _Planned(layout, self.device)
+            fix = planned.fixer(buffer, step["target"], read_by_kernel=buffer in kernel_read)
+            self._line(f"{var} = {result}")
+            self._line(f"if not ({planned.check_source(var, self._name)}): {var} = {self._name(fix, 'fix')}({var}, unplanned)")
+            self._held[buffer] = _shape_of(layout)
+            self._extern_outputs.add(buffer)
 
-        def call(env: Env, unplanned: Unplanned, stream: int) -> None:
-            result = op(*[a(env, unplanned) for a in args], **{k: v(env, unplanned) for k, v in kwargs.items()})
-            results = [result] if isinstance(result, torch.Tensor) else list(result) if result is not None else []
-            if positions is not None:
-                results = [results[i] for i in positions]
-            for (slot, buffer, planned, read_by_kernel), tensor in zip(outputs, results):
-                if planned.matches(tensor):
-                    env[slot] = tensor
-                elif not read_by_kernel and planned.unlike(tensor):
-                    # e.g. the CPU kernel's empty (or bf16) batch-norm statistics where PyTorch's meta kernel
-                    # says float32 of the channel count: read only by other ATen calls, which agree with it
-                    env[slot], unplanned[buffer] = tensor, planned.layout
-                else:
-                    env[slot] = planned.convert(tensor, target)
-        return call
-
-    def _value(self, value: Any) -> Callable[[Env, Unplanned], Any]:
-        """An extern argument, as a function of the call's slots."""
+    def _value(self, value: Any) -> str:
+        """An extern argument, as source."""
         if isinstance(value, list):
-            items = [self._value(v) for v in value]
-            return lambda env, unplanned: [item(env, unplanned) for item in items]
+            return f"[{', '.join(self._value(v) for v in value)}]"
         if isinstance(value, dict) and "tensor" in value:
             return self._viewer(value["tensor"])
-        constant = _extern_constant(value, self.device)
-        return lambda env, unplanned: constant
+        return self._name(_extern_constant(value, self.device), "argument")
 
-    def _viewer(self, layout: dict[str, Any]) -> Callable[[Env, Unplanned], torch.Tensor]:
-        """A function of the call's slots giving `layout`'s view of its buffer: the buffer's tensor itself
-        when it already has that shape and strides (an input, an ATen result, a buffer allocated in its
-        own layout), else a view made without the dispatcher (`_reinterpret_tensor`)."""
-        slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
-        whole_or_view = self._view_maker(layout, pass_whole=True)
-        if whole_or_view is None:  # the slot holds this very view (or, unplanned, what ATen calls read)
-            return lambda env, unplanned: env[slot]
-        if buffer not in self._extern_outputs:
-            return lambda env, unplanned: whole_or_view(env[slot])
+    def _viewer(self, layout: dict[str, Any]) -> str:
+        """Source for `layout`'s view of its buffer: the buffer's tensor itself when it already has that
+        shape and strides (an input, an ATen result, a buffer allocated in its own layout), else a view
+        made without the dispatcher (`_reinterpret_tensor`)."""
+        var, buffer = self._var(layout["buffer"]), layout["buffer"]
+        view = self._view_source(var, layout, pass_whole=True)
+        if view == var or buffer not in self._extern_outputs:
+            return view  # (or, unplanned, what ATen calls read)
+        return f"({var} if {self._name(buffer, 'buffer')} in unplanned else {view})"  # unplanned: read by ATen calls only
 
-        def view(env: Env, unplanned: Unplanned) -> torch.Tensor:
-            if buffer in unplanned:
-                return env[slot]  # an ATen result unlike its plan, read by ATen calls only
-            return whole_or_view(env[slot])
-        return view
-
-    def _output(self, layout: dict[str, Any]) -> Callable[[Env, Unplanned], torch.Tensor]:
-        slot, buffer = self._slot(layout["buffer"]), layout["buffer"]
+    def _output(self, layout: dict[str, Any]) -> str:
+        var, buffer = self._var(layout["buffer"]), layout["buffer"]
         # an input or constant is handed out as a view, never as the caller's (or our) tensor object
-        may_pass = slot >= self.inputs and buffer not in self._constant_buffers and buffer not in self._passed
+        may_pass = (self.slots[buffer] >= self.inputs and buffer not in self._constant_buffers
+                    and buffer not in self._passed)
         self._passed.add(buffer)
-        make_view = self._view_maker(layout, pass_whole=may_pass) or (lambda tensor: tensor)
+        view = self._view_source(var, layout, pass_whole=may_pass)
         if buffer not in self._extern_outputs:
-            return lambda env, unplanned: make_view(env[slot])
+            return view
+        key = self._name(buffer, "buffer")
+        whole = self._name(_unplanned_output, "unplanned_output")
+        return f"({whole}({var}, {self._name(layout, 'layout')}, unplanned[{key}]) if {key} in unplanned else {view})"
 
-        def output(env: Env, unplanned: Unplanned) -> torch.Tensor:
-            planned = unplanned.get(buffer)
-            if planned is not None:
-                return _unplanned_output(env[slot], layout, planned)
-            return make_view(env[slot])
-        return output
-
-    def _view_maker(self, layout: dict[str, Any], pass_whole: bool) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """base -> `layout`'s view of it; None when, with `pass_whole`, the slot is known to hold that
-        very view (the tensor itself is handed on, no check at run time)."""
+    def _view_source(self, var: str, layout: dict[str, Any], pass_whole: bool) -> str:
+        """Source for `layout`'s view of the tensor in `var`; with `pass_whole`, `var` itself where it
+        is known to hold that very view (no check at run time), or is found to at run time."""
         held = self._held.get(layout["buffer"])
-        if pass_whole and held is not None and not layout["offset"] and held == _shape_of(layout):
-            return None
-        return _view_maker(layout, pass_whole=pass_whole and held is None)
+        size, stride, offset = tuple(layout["size"]), tuple(layout["stride"]), layout["offset"]
+        if pass_whole and held is not None and not offset and held == (size, stride):
+            return var
+        size_name, stride_name = self._name(size, "shape"), self._name(stride, "shape")
+        made = f"view({var}, {size_name}, {stride_name}, {int(offset)})"
+        if pass_whole and held is None and not offset:
+            return f"({var} if {var}.shape == {size_name} and {var}.stride() == {stride_name} else {made})"
+        return made
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        moved = [i for i in self.aligned_inputs if inputs[i].data_ptr() % ALIGNMENT]
+        if moved:  # kernels were built for aligned pointers: run on aligned copies
+            given, inputs = inputs, list(inputs)
+            for i in moved:
+                inputs[i] = torch.empty_strided(given[i].shape, given[i].stride(), dtype=given[i].dtype,
+                                                device=self.device).copy_(given[i])
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):  # plan allocations go to this device
+                stream = self._raw_stream(self.device.index) if self._raw_stream else \
+                    torch.cuda.current_stream(self.device).cuda_stream
+                outputs = self._steps(inputs, stream)
+        else:
+            outputs = self._steps(inputs, 0)
+        for i in moved:  # the copy may have been written (a mutated input)
+            given[i].copy_(inputs[i])
+        return outputs
+
+
+def _results_of(result: Any, positions: list[int] | None, count: int) -> list[torch.Tensor]:
+    """An extern call's tensors, in the order of its planned outputs (`positions` picks them from
+    what it returned)."""
+    results = [result] if isinstance(result, torch.Tensor) else list(result) if result is not None else []
+    if positions is not None:
+        results = [results[i] for i in positions]
+    if len(results) < count:
+        raise RuntimeError_(f"an extern call returned {len(results)} tensors where the plan expects {count}")
+    return results
 
 
 class _Planned:
@@ -322,10 +349,27 @@ class _Planned:
         self.check_alignment = device.type == "cuda"
         self.strides_matter = 1 < math.prod(self.size)
 
-    def matches(self, tensor: torch.Tensor) -> bool:
-        return (tensor.dtype == self.dtype and tensor.shape == self.size
-                and (not self.strides_matter or tensor.stride() == self.stride)
-                and not (self.check_alignment and tensor.data_ptr() % ALIGNMENT))
+    def check_source(self, var: str, name: Callable[[Any, str], str]) -> str:
+        """Source of the check that the tensor in `var` is the planned one: most results are, as ATen
+        made them. `name` names the objects the source uses."""
+        parts = [f"{var}.dtype is {name(self.dtype, 'dtype')}", f"{var}.shape == {name(self.size, 'shape')}"]
+        if self.strides_matter:
+            parts.append(f"{var}.stride() == {name(self.stride, 'shape')}")
+        if self.check_alignment:
+            parts.append(f"not {var}.data_ptr() % {ALIGNMENT}")
+        return " and ".join(parts)
+
+    def fixer(self, buffer: str, target: str, read_by_kernel: bool) -> Callable[[torch.Tensor, Unplanned], torch.Tensor]:
+        """What becomes of a result that fails the check: kept as ATen made it (and marked unplanned)
+        when only ATen calls read it and it differs in shape or dtype, else converted."""
+        def fix(tensor: torch.Tensor, unplanned: Unplanned) -> torch.Tensor:
+            if not read_by_kernel and self.unlike(tensor):
+                # e.g. the CPU kernel's empty (or bf16) batch-norm statistics where PyTorch's meta kernel
+                # says float32 of the channel count: read only by other ATen calls, which agree with it
+                unplanned[buffer] = self.layout
+                return tensor
+            return self.convert(tensor, target)
+        return fix
 
     def unlike(self, tensor: torch.Tensor) -> bool:
         return tensor.shape != self.size or tensor.dtype != self.dtype
@@ -352,33 +396,17 @@ def _as_view(base: torch.Tensor, size: tuple, stride: tuple, offset: int) -> tor
     return base.as_strided(size, stride, base.storage_offset() + offset)
 
 
-def _view_maker(layout: dict[str, Any], pass_whole: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """base -> `layout`'s view of it; with `pass_whole`, base itself when it already is that view."""
-    size, stride, offset = tuple(layout["size"]), tuple(layout["stride"]), layout["offset"]
-    if not pass_whole or offset:
-        return lambda base: _as_view(base, size, stride, offset)
-    return lambda base: base if base.shape == size and base.stride() == stride else _as_view(base, size, stride, 0)
-
-
 def _allocated_layout(meta: dict[str, Any]) -> tuple:
     """(size, stride) a plan buffer is allocated with: its own layout when the plan gives one, else flat."""
     return (tuple(meta["size"]), tuple(meta["stride"])) if "size" in meta else ((meta["numel"],), (1,))
 
 
-def _allocator(slot: int, meta: dict[str, Any], device: torch.device) -> Callable:
-    """A plan buffer, in its own layout when the plan gives one (extern calls and outputs then take
-    the tensor as it is), else flat."""
-    dtype = getattr(torch, meta["dtype"])
-    size, stride = _allocated_layout(meta)
+def _allocator(device: torch.device) -> Callable[[tuple, tuple, torch.dtype], torch.Tensor]:
+    """`empty(size, stride, dtype)` on `device`: the C allocator Inductor's wrappers use where there is one."""
     fast = _empty_strided_cuda if device.type == "cuda" else _empty_strided_cpu if device.type == "cpu" else None
     if fast is not None:
-        def alloc(env: Env, unplanned: Unplanned, stream: int) -> None:
-            env[slot] = fast(size, stride, dtype)
-        return alloc
-
-    def alloc_any(env: Env, unplanned: Unplanned, stream: int) -> None:
-        env[slot] = torch.empty_strided(size, stride, dtype=dtype, device=device)
-    return alloc_any
+        return fast
+    return lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
 def _constant(raw: bytes, entry: dict[str, Any], device: torch.device) -> torch.Tensor:
