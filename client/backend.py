@@ -363,7 +363,8 @@ class GraphFunction:
         if self.backend.settings.cuda_graphs:
             runner = self._graphed(runner, inputs, tensors)
         tensor_positions = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
-        return _Variant(runner, tensor_positions, spec, constants, drop_last=padded)
+        return _Variant(runner, tensor_positions, spec, constants, drop_last=padded,
+                        releases=not self.backend.settings.cuda_graphs)
 
     def _graphed(self, runner: Any, inputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> Any:
         """CUDA-graph mode: the runner wrapped to capture and replay its launches (CUDA tensors only)."""
@@ -481,6 +482,9 @@ class _Variant:
     # the 100+ arguments of a training graph; None where this torch lacks it
     _guard: Any = None
     drop_last: bool = False  # the artifact returns one tensor more than the graph (_with_an_output)
+    # a verified run empties the caller's argument list and the runner drops each input after its last
+    # use (a backward's saved activations are freed as it goes); not the CUDA-graph runner
+    releases: bool = False
 
     def remember(self, args: list) -> "_Variant":
         if len(self.tensor_positions) == len(args):
@@ -501,7 +505,12 @@ class _Variant:
         return True
 
     def __call__(self, args: list) -> Any:
-        results = self.runner.run_checked([args[i] for i in self.tensor_positions])
+        tensors = [args[i] for i in self.tensor_positions]
+        if self.verified and self.releases:  # boxed call: the caller's list is ours (aot_autograd steals it)
+            args.clear()
+            results = self.runner.run_checked(tensors, release=True)
+        else:
+            results = self.runner.run_checked(tensors)
         if self.drop_last:
             results.pop()
         if not self.constants:

@@ -76,13 +76,16 @@ class CompiledGraph:
         self._check_inputs(inputs)
         return self.run_checked(inputs)
 
-    def run_checked(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Runs on inputs whose shapes, strides and dtypes the caller has checked already."""
+    def run_checked(self, inputs: Sequence[torch.Tensor], release: bool = False) -> list[torch.Tensor]:
+        """Runs on inputs whose shapes, strides and dtypes the caller has checked already. With
+        `release`, `inputs` is a list the caller hands over: it is emptied, and each input is dropped
+        after the last step that reads it, so its memory can go before the graph ends (a backward's
+        saved activations; what Inductor's wrappers do with aot_autograd's boxed calls)."""
         device = inputs[0].device if inputs else _CPU
         program = self._programs.get(device)
         if program is None:
             program = self._programs[device] = _Program(self, device)
-        return program.run(inputs)
+        return program.run(inputs, release)
 
     def constant_pointers(self, device: torch.device) -> set[int]:
         """Addresses of the storages of the artifact's constants on `device` (prepared by a run there)."""
@@ -137,14 +140,17 @@ class _Program:
         self._held: dict[str, tuple] = {spec["buffer"]: (tuple(spec["size"]), tuple(spec["stride"]))
                                          for spec in plan["inputs"] if 1 not in spec["size"]}
         self._extern_outputs: set[str] = set()
-        self._names: dict[str, Any] = {"Tensor": torch.Tensor, "view": _as_view, "unplanned_result": _results_of}
+        self._names: dict[str, Any] = {"Tensor": torch.Tensor, "view": _as_view, "results_of": _results_of}
         self._lines: list[str] = []
         self.constants = graph._constants_on(device)
         for buffer, tensor in self.constants.items():
             self._line(f"{self._var(buffer)} = {self._name(tensor, 'constant')}")
         kernels = graph._kernels_on(device)
-        for step in plan["steps"]:
+        last_reads = _last_reads(plan, {spec["buffer"] for spec in plan["inputs"]})
+        for i, step in enumerate(plan["steps"]):
             self._prepare(step, kernels, kernel_read)
+            for buffer in last_reads.get(i, ()):
+                self._line(f"{self._var(buffer)} = None  # an input, last read above")
         outputs = [self._output(o) for o in plan["outputs"]]
         self._line(f"return [{', '.join(outputs)}]")
         self.source = self._function_source()
@@ -177,6 +183,7 @@ class _Program:
         head = [f"def steps(inputs, stream):"]
         if inputs:
             head.append(f"    {', '.join(inputs)}, = inputs")
+            head.append("    inputs.clear()")
         head.append("    unplanned = {}")
         return "\n".join(head + [f"    {line}" for line in self._lines]) + "\n"
 
@@ -248,17 +255,18 @@ class _Program:
             self._line(call)
             return
         positions = step.get("positions")
-        self._line(f"result = {call}")
         if len(outputs) == 1 and positions is None:
-            self._line(f"result = result if isinstance(result, Tensor) else unplanned_result(result, None, 1)[0]")
-            results = ["result"]
+            var = self._var(outputs[0][0])
+            self._line(f"{var} = {call}")
+            self._line(f"if not isinstance({var}, Tensor): {var} = results_of({var}, None, 1)[0]")
         else:
-            self._line(f"result = unplanned_result(result, {self._name(positions, 'positions')}, {len(outputs)})")
-            results = [f"result[{i}]" for i in range(len(outputs))]
-        for (buffer, layout), result in zip(outputs, results):
+            self._line(f"result = results_of({call}, {self._name(positions, 'positions')}, {len(outputs)})")
+            for i, (buffer, _) in enumerate(outputs):
+                self._line(f"{self._var(buffer)} = result[{i}]")
+            self._line("result = None")  # no reference outlives the buffers' frees
+        for buffer, layout in outputs:
             var, planned = self._var(buffer), _Planned(layout, self.device)
             fix = planned.fixer(buffer, step["target"], read_by_kernel=buffer in kernel_read)
-            self._line(f"{var} = {result}")
             self._line(f"if not ({planned.check_source(var, self._name)}): {var} = {self._name(fix, 'fix')}({var}, unplanned)")
             self._held[buffer] = _shape_of(layout)
             self._extern_outputs.add(buffer)
@@ -309,13 +317,16 @@ class _Program:
 
     # -- running ----------------------------------------------------------------------------------
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        moved = [i for i in self.aligned_inputs if inputs[i].data_ptr() % ALIGNMENT]
-        if moved:  # kernels were built for aligned pointers: run on aligned copies
-            given, inputs = inputs, list(inputs)
-            for i in moved:
-                inputs[i] = torch.empty_strided(given[i].shape, given[i].stride(), dtype=given[i].dtype,
-                                                device=self.device).copy_(given[i])
+    def run(self, inputs: Sequence[torch.Tensor], release: bool = False) -> list[torch.Tensor]:
+        """`release`: `inputs` is a list handed over (the steps empty it and drop each input after its
+        last use); else the caller's sequence is left as it is."""
+        if not release:
+            inputs = list(inputs)
+        moved = {i: inputs[i] for i in self.aligned_inputs if inputs[i].data_ptr() % ALIGNMENT}
+        copies = {}
+        for i, given in moved.items():  # kernels were built for aligned pointers: run on aligned copies
+            inputs[i] = copies[i] = torch.empty_strided(given.shape, given.stride(), dtype=given.dtype,
+                                                        device=self.device).copy_(given)
         if self.device.type == "cuda":
             with torch.cuda.device(self.device):  # plan allocations go to this device
                 stream = self._raw_stream(self.device.index) if self._raw_stream else \
@@ -323,9 +334,43 @@ class _Program:
                 outputs = self._steps(inputs, stream)
         else:
             outputs = self._steps(inputs, 0)
-        for i in moved:  # the copy may have been written (a mutated input)
-            given[i].copy_(inputs[i])
+        for i, given in moved.items():  # the copy may have been written (a mutated input)
+            given.copy_(copies[i])
         return outputs
+
+
+def _last_reads(plan: dict[str, Any], inputs: set[str]) -> dict[int, list[str]]:
+    """step index -> the inputs no later step reads (and no output hands out): dropped after it."""
+    last: dict[str, int] = {}
+    for i, step in enumerate(plan["steps"]):
+        for buffer in _buffers_of(step):
+            if buffer in inputs:
+                last[buffer] = i
+    kept = {o["buffer"] for o in plan["outputs"]}
+    after: dict[int, list[str]] = {}
+    for buffer, i in last.items():
+        if buffer not in kept:
+            after.setdefault(i, []).append(buffer)
+    return after
+
+
+def _buffers_of(step: dict[str, Any]) -> set[str]:
+    """Every buffer a plan step names."""
+    if step["op"] == "kernel":
+        return set(step["args"])
+    if step["op"] == "extern":
+        found = set(step["outputs"])
+
+        def visit(value: Any) -> None:
+            if isinstance(value, list):
+                for item in value:
+                    visit(item)
+            elif isinstance(value, dict) and "tensor" in value:
+                found.add(value["tensor"]["buffer"])
+        visit(step["args"])
+        visit(list(step["kwargs"].values()))
+        return found
+    return {step.get("buffer"), step.get("reuse")} - {None}
 
 
 def _results_of(result: Any, positions: list[int] | None, count: int) -> list[torch.Tensor]:

@@ -65,3 +65,41 @@ def test_captured_constants_travel_with_the_graph(api_server, tmp_path):
     x = torch.randn(4, 8)
     torch.testing.assert_close(compiled(x), fn(x))
     assert be.stats["fallbacks"] == 0 and be.stats["compiles"] + be.stats["remote_hits"] >= 1
+
+
+def test_a_graph_that_only_writes_its_inputs_compiles(api_server, tmp_path):
+    """An optimizer-like update returns nothing; the wire format needs an output (the backend adds
+    one and drops it)."""
+    def fn(weight, grad):
+        with torch.no_grad():
+            weight.mul_(0.5).add_(grad, alpha=-0.1)
+
+    compiled, be = compile_with(api_server, tmp_path, fn)
+    weight, grad = torch.randn(5, 3), torch.randn(5, 3)
+    mine, theirs = weight.clone(), weight.clone()
+    assert compiled(mine, grad) is None
+    fn(theirs, grad)
+    torch.testing.assert_close(mine, theirs)
+    assert be.stats["fallbacks"] == 0 and be.stats["graphs"] >= 1, be.stats
+
+
+def test_batchnorm_running_statistics_are_written_by_the_compiled_graph(api_server, tmp_path, monkeypatch):
+    """Train-mode BatchNorm updates its running statistics inside the forward graph fusewire compiles
+    (aot_autograd's keep_inference_input_mutations), not by copies aot_autograd runs afterwards."""
+    from client.backend import Backend
+
+    graphs = []
+    compile_graph = Backend.compile_graph
+    monkeypatch.setattr(Backend, "compile_graph", lambda self, gm, inputs: graphs.append(gm) or compile_graph(self, gm, inputs))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    reference = torch.nn.Sequential(*(m for m in __import__("copy").deepcopy(model)))
+    compiled, be = compile_with(api_server, tmp_path, model)
+    x = torch.randn(2, 3, 7, 9)
+    compiled(x).sum().backward()
+    reference(x).sum().backward()
+    for name, buffer in model.named_buffers():
+        torch.testing.assert_close(buffer, dict(reference.named_buffers())[name], msg=name)
+    forward = graphs[0]
+    written = [n for n in forward.graph.nodes if n.op == "call_function" and "copy_" in str(n.target)]
+    assert len(written) == 3, forward.graph  # running_mean, running_var, num_batches_tracked
+    assert be.stats["fallbacks"] == 0
