@@ -180,7 +180,7 @@ class _Program:
 
     def _function_source(self) -> str:
         inputs = [f"s{i}" for i in range(self.inputs)]
-        head = [f"def steps(inputs, stream):"]
+        head = ["def steps(inputs, stream):"]
         if inputs:
             head.append(f"    {', '.join(inputs)}, = inputs")
             head.append("    inputs.clear()")
@@ -286,8 +286,9 @@ class _Program:
         var, buffer = self._var(layout["buffer"]), layout["buffer"]
         view = self._view_source(var, layout, pass_whole=True)
         if view == var or buffer not in self._extern_outputs:
-            return view  # (or, unplanned, what ATen calls read)
-        return f"({var} if {self._name(buffer, 'buffer')} in unplanned else {view})"  # unplanned: read by ATen calls only
+            return view
+        # an ATen result unlike its plan (unplanned) is read by ATen calls only, as ATen made it
+        return f"({var} if {self._name(buffer, 'buffer')} in unplanned else {view})"
 
     def _output(self, layout: dict[str, Any]) -> str:
         var, buffer = self._var(layout["buffer"]), layout["buffer"]
