@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from client import default_cache_dir
-from compiler.artifact import Artifact, constant_file
+from compiler.artifact import Artifact, constant_file, tensor_buffers
 from compiler.signing import TrustedKeys, verify_artifact
 
 ALLOWED_NAMESPACES = ("aten", "prims")
@@ -140,7 +140,8 @@ class _Program:
         self._held: dict[str, tuple] = {spec["buffer"]: (tuple(spec["size"]), tuple(spec["stride"]))
                                          for spec in plan["inputs"] if 1 not in spec["size"]}
         self._extern_outputs: set[str] = set()
-        self._names: dict[str, Any] = {"Tensor": torch.Tensor, "view": _as_view, "results_of": _results_of}
+        self._names: dict[str, Any] = {"Tensor": torch.Tensor, "view": _as_view, "results_of": _results_of,
+                                       "empty": _allocator(device), "unplanned_output": _unplanned_output}
         self._lines: list[str] = []
         self.constants = graph._constants_on(device)
         for buffer, tensor in self.constants.items():
@@ -213,8 +214,7 @@ class _Program:
             else:  # viewed in its own layout once here, not at every use
                 self._line(f"{var}, {old} = view({old}, {size}, {stride}, 0), None")
         else:
-            empty = self._name(_allocator(self.device), "empty")
-            self._line(f"{var} = {empty}({size}, {stride}, {self._name(getattr(torch, meta['dtype']), 'dtype')})")
+            self._line(f"{var} = empty({size}, {stride}, {self._name(getattr(torch, meta['dtype']), 'dtype')})")
         self._held[buffer] = own
 
     def _kernel(self, step: dict[str, Any], kernel: Any) -> None:
@@ -300,8 +300,7 @@ class _Program:
         if buffer not in self._extern_outputs:
             return view
         key = self._name(buffer, "buffer")
-        whole = self._name(_unplanned_output, "unplanned_output")
-        return f"({whole}({var}, {self._name(layout, 'layout')}, unplanned[{key}]) if {key} in unplanned else {view})"
+        return f"(unplanned_output({var}, {self._name(layout, 'layout')}, unplanned[{key}]) if {key} in unplanned else {view})"
 
     def _view_source(self, var: str, layout: dict[str, Any], pass_whole: bool) -> str:
         """Source for `layout`'s view of the tensor in `var`; with `pass_whole`, `var` itself where it
@@ -360,17 +359,7 @@ def _buffers_of(step: dict[str, Any]) -> set[str]:
     if step["op"] == "kernel":
         return set(step["args"])
     if step["op"] == "extern":
-        found = set(step["outputs"])
-
-        def visit(value: Any) -> None:
-            if isinstance(value, list):
-                for item in value:
-                    visit(item)
-            elif isinstance(value, dict) and "tensor" in value:
-                found.add(value["tensor"]["buffer"])
-        visit(step["args"])
-        visit(list(step["kwargs"].values()))
-        return found
+        return set(step["outputs"]) | tensor_buffers([step["args"], step["kwargs"]])
     return {step.get("buffer"), step.get("reuse")} - {None}
 
 

@@ -117,6 +117,18 @@ def constant_file(entry: dict[str, Any]) -> str:
     return f"constants/{int(entry['constant'])}.bin"
 
 
+def tensor_buffers(value: Any) -> set[str]:
+    """The plan buffers an extern step's arguments name (`{"tensor": {"buffer": ...}}`, at any depth
+    of lists and dicts)."""
+    if isinstance(value, dict):
+        if "tensor" in value and isinstance(value["tensor"], dict):
+            return {value["tensor"]["buffer"]}
+        return set().union(*(tensor_buffers(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(tensor_buffers(v) for v in value)) if value else set()
+    return set()
+
+
 def digest_of(blob: bytes) -> str:
     return hashlib.sha256(blob).hexdigest()
 

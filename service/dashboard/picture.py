@@ -21,6 +21,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from compiler.artifact import tensor_buffers
+
 MAX_DRAWN = 300  # nodes drawn at most; the page says when a graph has more
 
 
@@ -121,16 +123,6 @@ def _plan_node(index: int, step: dict[str, Any], allocated: set[str]) -> tuple[P
         writes = [a for a in args if a in allocated]
         node = PictureNode(step["kernel"], step["kernel"], f"grid {step['grid'][0]}", "kernel", [step["kernel"]])
         return node, [a for a in args if a not in writes], writes
-    reads = sorted(_tensor_buffers([step["args"], step.get("kwargs", {})]))
+    reads = sorted(tensor_buffers([step["args"], step.get("kwargs", {})]))
     node = PictureNode(f"extern{index}", short_op(step["target"]), "ATen call", "extern")
     return node, reads, list(step["outputs"])
-
-
-def _tensor_buffers(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        if "tensor" in value and isinstance(value["tensor"], dict):
-            return {value["tensor"]["buffer"]}
-        return set().union(*(_tensor_buffers(v) for v in value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*(_tensor_buffers(v) for v in value)) if value else set()
-    return set()
