@@ -9,7 +9,9 @@ stages, autotuning and benchmark-driven fusion off); each kernel group's IR node
 nodes they came from (`origins`). Those nodes make the case, plus any view between two of them
 (views lower to index remaps, so no IR node names them). Every value the case reads from outside
 becomes a graph input with the producing value's shape, strides and dtype (inferred on meta
-tensors); every value used outside the case, or a graph output, becomes a case output.
+tensors); every value used outside the case, or a graph output, becomes a case output. A copy_ into
+a graph input (an optimizer's in-place update, BatchNorm's running statistics written in the graph)
+is left out: the value it stores becomes a case output, so a case never overwrites its inputs.
 
 Extern steps (matmuls, attention, embedding backward...) are not cases. A wire node that runs an
 extern call and also a kernel (a matmul whose misaligned operand a kernel pads, then slices back)
@@ -224,9 +226,12 @@ def group_cases(graph: Graph, source: str, graph_name: str, skipped: Counter | N
     skipped = Counter() if skipped is None else skipped
     layouts = value_layouts(graph)
     groups, extern_origins, lowered = kernel_groups(graph)
+    input_writes = _input_writes(graph)
     cases = []
     for group in groups:
-        members = group.members - extern_origins  # e.g. a matmul's operand padding: the extern's own work
+        # extern_origins: e.g. a matmul's operand padding, the extern's own work; input_writes: the
+        # case writes the new values as an output instead (it would otherwise overwrite its inputs)
+        members = group.members - extern_origins - input_writes
         if not members:
             skipped["only part of an extern call (a padded matmul operand) or an output copy"] += 1
         else:
@@ -238,6 +243,14 @@ def group_cases(graph: Graph, source: str, graph_name: str, skipped: Counter | N
             else:
                 cases.append(make_case(case_graph, source, graph_name, group.name))
     return cases
+
+
+def _input_writes(graph: Graph) -> set[str]:
+    """copy_ nodes that store into a graph input (an optimizer's in-place update, BatchNorm's running
+    statistics kept in the graph)."""
+    inputs = {spec.name for spec in graph.inputs}
+    return {node.name for node in graph.nodes if node.target == "aten.copy_.default"
+            and isinstance(node.args[0], Ref) and node.args[0].ref in inputs}
 
 
 def whole_graph_case(graph: Graph, source: str, graph_name: str) -> Case:

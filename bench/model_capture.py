@@ -44,6 +44,7 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "tests" / "models") not in sys.path:
     sys.path.append(str(ROOT / "tests" / "models"))  # `import zoo`, as tests/models/conftest.py arranges
 
+from client.backend import with_an_output  # noqa: E402
 from compiler.fx_import import from_fx  # noqa: E402
 from compiler.graph import Graph  # noqa: E402
 from zoo import ZOO, build, make_batch, step_loss  # noqa: E402
@@ -75,7 +76,9 @@ class CapturedGraph:
 
 class GraphRecorder:
     """A torch.compile backend: aot_autograd whose compilers record (kind, GraphModule, example
-    inputs) and return the GraphModule itself (boxed), so the step runs on, on the fake tensors."""
+    inputs) and return the GraphModule itself (boxed), so the step runs on, on the fake tensors.
+    aot_autograd gets the arguments fusewire's backend gives it (the min-cut partition, BatchNorm
+    statistics written in-graph), so the graphs are the ones the backend compiles."""
 
     def __init__(self) -> None:
         self.graphs: list[tuple[str, torch.fx.GraphModule, list[Any]]] = []
@@ -83,7 +86,10 @@ class GraphRecorder:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         from torch._dynamo.backends.common import aot_autograd
 
-        return aot_autograd(fw_compiler=self._recorder("fw"), bw_compiler=self._recorder("bw"))(gm, example_inputs)
+        from client.partition import aot_options
+
+        return aot_autograd(fw_compiler=self._recorder("fw"), bw_compiler=self._recorder("bw"),
+                            **aot_options("min_cut"))(gm, example_inputs)
 
     def _recorder(self, kind: str) -> Callable:
         from torch._functorch.aot_autograd import make_boxed_func
@@ -103,6 +109,7 @@ def captured_graphs(source: str, recorder: GraphRecorder) -> list[CapturedGraph]
         module, tensors = tensor_outputs_only(gm), list(example_inputs)
         if not any(n.op == "call_function" for n in module.graph.nodes):
             continue  # nothing to compile (the backend does not compile these either)
+        module, _ = with_an_output(module)  # an update that only writes its inputs, as the backend sends it
         name = f"{kind}{counts.get(kind, 0)}"
         counts[kind] = counts.get(kind, 0) + 1
         result.append(CapturedGraph(source, name, from_fx(module, tensors)))

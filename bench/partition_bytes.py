@@ -3,7 +3,7 @@
     python bench/partition_bytes.py [--models gpt2,llama] [--size bench] [--json out.json]
 
 Each zoo model (tests/models/zoo.py, bf16) runs one training step under torch.compile with
-aot_autograd split the way the fusewire backend splits it (`client.backend.partition_options`),
+aot_autograd split the way the fusewire backend splits it (`client.partition.aot_options`),
 the graphs handed to a recorder instead of the service. Reported per partitioner:
   saved_mib      tensors the forward saves for the backward (activations the backward reads)
   tangents_mib   the backward's incoming gradients (aot_autograd materializes them)
@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models")]
 
-from client.backend import PARTITIONERS, partition_options  # noqa: E402
+from client.partition import PARTITIONERS, aot_options  # noqa: E402
 from zoo import ZOO, build, make_batch, step_loss  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def measure(name: str, size: str, partitioner: str) -> dict:
         return gm
 
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=forward, bw_compiler=backward,
-                                                         **partition_options(partitioner)))
+                                                         **aot_options(partitioner)))
     step_loss(compiled, name, batch).backward()
     row["saved_mib"] = _mib([v for _, v in saved])
     biggest = sorted(saved, key=lambda item: -item[1].numel() * item[1].element_size())[:3]

@@ -44,6 +44,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from client import default_cache_dir
+from client.partition import PARTITIONERS, aot_options
 
 DEFAULT_TIMEOUT_S = 120.0
 UNREACHABLE_BACKOFF_S = 30.0  # after a connection failure, later graphs skip the network this long
@@ -133,35 +134,6 @@ def fusewire_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], op
 
 _SHARED: dict[str, "Backend"] = {}
 
-# "min_cut" (the default): the min-cut rematerialization partitioner Inductor uses (cheap pointwise
-# work recomputed in the backward instead of saved and re-read); "save_all": aot_autograd's default
-# partition (the backward reads every intermediate it needs, saved by the forward). min_cut is the
-# default since the H100 run of 2026-11-23 (docs/PERF.md): GPT-2's step 12.7 -> 11.1 ms and peak
-# 4.8 -> 3.0 GiB, LLaMA's peak 1.7 -> 1.3 GiB, BERT's step 12.5 -> 9.2 ms.
-PARTITIONERS = ("min_cut", "save_all")
-# Decomposed (torch._decomp) before a min-cut partition, so the partitioner sees their pointwise
-# parts and can recompute them: a cross-entropy then hands the backward its bf16 logits and two
-# numbers per row instead of fp32 log-probabilities (bench/partition_bytes.py measures it).
-MIN_CUT_DECOMPOSED = ("_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
-                      "nll_loss_forward", "nll_loss_backward", "detach")
-
-
-def partition_options(partitioner: str) -> dict[str, Any]:
-    """aot_autograd's keyword arguments for a partitioner of PARTITIONERS."""
-    if partitioner == "save_all":
-        return {}
-    from torch._decomp import get_decompositions
-
-    table = get_decompositions([getattr(torch.ops.aten, name) for name in MIN_CUT_DECOMPOSED])
-    return {"partition_fn": _min_cut_partition, "decompositions": table}
-
-
-def _min_cut_partition(joint, joint_inputs, **kwargs: Any):
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
-    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
-
-
 # -- the backend ----------------------------------------------------------------------
 
 
@@ -189,12 +161,8 @@ class Backend:
         from torch._dynamo.backends.common import aot_autograd
 
         # a new AotAutograd each time: it rewrites its own kwargs when called
-        split = partition_options(self.settings.partitioner)
-        # keep_inference_input_mutations: in-place updates of inputs that need no gradient (BatchNorm's
-        # running statistics) stay in the graph and are stored by the kernel that computes them, where
-        # aot_autograd would otherwise copy each one back after the graph (60 copies per ResNet step)
         return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_graph,
-                            keep_inference_input_mutations=True, **split)(gm, example_inputs)
+                            **aot_options(self.settings.partitioner))(gm, example_inputs)
 
     def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> "GraphFunction":
         """aot_autograd's fw/bw compiler: a boxed callable returning what `gm` returns."""
@@ -354,7 +322,7 @@ class GraphFunction:
                 module, tensors, spec, constants = self._strip_outputs(), list(inputs), self.out_spec, self._constants()
             else:
                 module, tensors, spec, constants = self._specialise(inputs)
-            module, padded = _with_an_output(module)
+            module, padded = with_an_output(module)
             graph = from_fx(module, tensors)
         with self._timed("artifact"):
             blob = self.backend.artifact_for(graph, _target(tensors))
@@ -441,7 +409,7 @@ class GraphFunction:
         warnings.warn(f"fusewire: {self.name} runs eagerly: {reason}", FusewireWarning, stacklevel=3)
 
 
-def _with_an_output(module: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, bool]:
+def with_an_output(module: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, bool]:
     """A graph whose only effect is writing into its inputs (an optimizer step, a BatchNorm running
     statistics update kept in the graph) returns nothing, and the wire format needs an output: such a
     graph also returns its first input, which the caller drops (True)."""

@@ -98,16 +98,23 @@ def test_fake_capture_matches_a_capture_on_real_tensors():
     assert [structure_key(g.graph) for g in fake] == [structure_key(g.graph) for g in real if g.kind == "fw"]
 
 
+LOSS_INDEXING = ("nll_loss_forward", "nll_loss_backward", "gather", "scatter")  # a cross-entropy, whole or decomposed
+
+
 def test_index_inputs_get_valid_ranges(case_set):
-    losses = [c for c in case_set.cases if any("nll_loss" in n.target for n in c.graph.nodes)]
+    losses = [c for c in case_set.cases if any(n.target.split(".")[1] in LOSS_INDEXING for n in c.graph.nodes)
+              and any(s.dtype == "int64" for s in c.graph.inputs)]
     assert losses
     for case in losses:
         layouts = value_layouts(case.graph)
-        node = next(n for n in case.graph.nodes if "nll_loss_forward" in n.target or "nll_loss_backward" in n.target)
-        scores = node.args[0] if "forward" in node.target else node.args[1]
-        classes = layouts[(scores.ref, scores.index)].shape[-1]
+        node = next(n for n in case.graph.nodes if n.target.split(".")[1] in LOSS_INDEXING)
+        if "nll_loss" in node.target:
+            scores = node.args[0] if "forward" in node.target else node.args[1]
+            classes = layouts[(scores.ref, scores.index)].shape[-1]
+        else:  # gather / scatter(self, dim, index, ...)
+            classes = layouts[(node.args[0].ref, node.args[0].index)].shape[node.args[1]]
         int_inputs = [s.name for s in case.graph.inputs if s.dtype == "int64"]
-        assert int_inputs and all(case.input_ranges[name] == (0, classes) for name in int_inputs)
+        assert int_inputs and all(case.input_ranges[name] == (0, classes) for name in int_inputs), case.name
         for spec, tensor in zip(case.graph.inputs, case_inputs(case, seed=3)):
             if spec.name in case.input_ranges:
                 low, high = case.input_ranges[spec.name]
@@ -119,7 +126,7 @@ def test_index_inputs_get_valid_ranges(case_set):
 # ---------------------------------------------------------------------------------
 
 
-PICKS = ("native_layer_norm_backward", "add_native_layer_norm", "nll_loss_backward", "safe_softmax",
+PICKS = ("native_layer_norm_backward", "add_native_layer_norm", "scatter", "safe_softmax",  # scatter: the loss backward
          "native_group_norm_silu", "batch_norm")
 
 

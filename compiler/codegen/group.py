@@ -81,12 +81,31 @@ def _cheaper_to_recompute(node: ComputeNode, group: KernelGroup, read_writes: di
     bytes than one element of its output (a bf16 input cast to float32: the float32 copy need
     not exist at all). Loads of one value per row (targets, row results) and of constants cost nothing."""
     written = [ITEMSIZES[writer.buffer_dtypes[b]] for b in read_writes[node.name].write_buffers()]
-    if not written:
-        return False
+    return bool(written) and _recompute_bytes(node, group, read_writes, writer, {}) <= min(written)
+
+
+def _recompute_bytes(node: ComputeNode, group: KernelGroup, read_writes: dict[str, ReadWrites],
+                     writer: KernelWriter, memo: dict[str, float]) -> float:
+    """Bytes per reduction element that evaluating `node` again loads from memory. A value another
+    pointwise node of the group computes counts what evaluating that node again loads, when that
+    is less than the value's own bytes (a bf16 row cast to float32, shifted, cast back to bf16:
+    two bytes, not the float32 intermediate's four), since its later reads recompute it too."""
+    if node.name in memo:
+        return memo[node.name]
+    memo[node.name] = float("inf")  # a cycle (none expected) never counts as cheap
+    writers = {b: n for n in group.nodes if not n.is_reduction for b in read_writes[n.name].write_buffers()}
     mapping, bounds = group.mapping.nodes[node.name], group.mapping.bounds
-    read = sum(ITEMSIZES[writer.buffer_dtypes[dep.buffer]] for dep in read_writes[node.name].reads
-               if not isinstance(dep, MemoryDep) or RINDEX in mapping.apply(dep.index, bounds).free_symbols)
-    return read <= min(written)
+    total = 0.0
+    for dep in read_writes[node.name].reads:
+        if isinstance(dep, MemoryDep) and RINDEX not in mapping.apply(dep.index, bounds).free_symbols:
+            continue
+        own = ITEMSIZES[writer.buffer_dtypes[dep.buffer]]
+        producer = writers.get(dep.buffer)
+        if producer is not None and producer is not node:
+            own = min(own, _recompute_bytes(producer, group, read_writes, writer, memo))
+        total += own
+    memo[node.name] = total
+    return total
 
 
 def dropped_stores(writer: KernelWriter, group: KernelGroup) -> set[str]:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 
-from client.backend import partition_options
+from client.partition import aot_options
 
 ROWS, WIDTH, VOCAB = 48, 32, 500
 
@@ -27,7 +27,7 @@ def backward_inputs(partitioner: str) -> list[tuple[tuple[int, ...], torch.dtype
         return F.cross_entropy(logits, labels)
 
     step = torch.compile(head, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=backward,
-                                                    **partition_options(partitioner)))
+                                                    **aot_options(partitioner)))
     x = torch.randn(ROWS, WIDTH, dtype=torch.bfloat16, requires_grad=True)
     weight = torch.randn(VOCAB, WIDTH, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, VOCAB, (ROWS,))
@@ -47,7 +47,67 @@ def test_min_cut_saves_the_logits_not_fp32_log_probabilities():
         sum(torch.Size(s).numel() * d.itemsize for s, d in default)
 
 
-def test_the_default_partition_passes_nothing_to_aot_autograd():
-    assert partition_options("save_all") == {}
-    options = partition_options("min_cut")
+def test_the_default_partition_passes_no_partitioner_to_aot_autograd():
+    assert aot_options("save_all") == {"keep_inference_input_mutations": True}
+    options = aot_options("min_cut")
     assert options["partition_fn"] is not None and torch.ops.aten._log_softmax.default in options["decompositions"]
+
+
+# -- joint-graph rewrites before the min-cut partition -----------------------------------------
+
+
+def pool_step(pool: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, partitioner: str = "min_cut"):
+    """Output, input gradient and the backward's inputs of relu -> `pool`, through aot_autograd
+    with `partitioner` (each graph run as the fx module it is)."""
+    torch._dynamo.reset()
+    seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
+
+    def backward(gm, example_inputs):
+        names = [p.name for p in gm.graph.find_nodes(op="placeholder")]
+        seen.extend((n, tuple(t.shape), t.dtype) for n, t in zip(names, example_inputs) if isinstance(t, torch.Tensor))
+        return gm
+
+    def fn(x):
+        return pool(torch.relu(x) * 1.5)
+
+    step = torch.compile(fn, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=backward,
+                                                  **aot_options(partitioner)))
+    x = x.detach().requires_grad_()
+    out = step(x)
+    out.backward(grad)
+    return out, x.grad, seen
+
+
+POOLS = [
+    torch.nn.MaxPool2d(3, 2, 1),                   # ResNet's stem
+    torch.nn.MaxPool2d(2),                         # stride = kernel, no padding
+    torch.nn.MaxPool2d((3, 2), (1, 2), (1, 0)),    # overlapping rows, uneven window
+    torch.nn.MaxPool2d(3, 2, 1, dilation=2),       # dilated
+    torch.nn.MaxPool2d(3, 2, 0, ceil_mode=True),   # a last window past the edge
+]
+
+
+def test_max_pool_backward_gets_int8_window_offsets_and_same_gradients():
+    torch.manual_seed(0)
+    for pool in POOLS:
+        x = torch.randn(2, 3, 11, 13)
+        x[0, 0, :4, :4] = 0.25  # ties: the first maximum of a window wins, in both graphs
+        grad = torch.randn_like(pool(x))
+        out, x_grad, seen = pool_step(pool, x, grad)
+        want_out, want_grad, default_seen = pool_step(pool, x, grad, "save_all")
+        assert torch.equal(out, want_out) and torch.equal(x_grad, want_grad), pool
+        assert any(dtype == torch.int64 and shape == tuple(out.shape) for _, shape, dtype in default_seen)
+        assert not any(dtype == torch.int64 for _, _, dtype in seen), (pool, seen)
+        assert any(dtype == torch.int8 and shape == tuple(out.shape) for _, shape, dtype in seen), (pool, seen)
+
+
+def test_pool_backward_does_not_keep_the_pool_input_alive():
+    """relu's output (the pool's input) is needed only for its shape by the pool's backward and
+    for its sign by relu's: the backward gets a bool mask, not the bf16 tensor."""
+    x = torch.randn(2, 4, 16, 16, dtype=torch.bfloat16)
+    for pool in (torch.nn.MaxPool2d(3, 2, 1), torch.nn.AvgPool2d(2), torch.nn.AdaptiveAvgPool2d(1)):
+        grad = torch.randn_like(pool(x))
+        out, x_grad, seen = pool_step(pool, x, grad)
+        _, want_grad, _ = pool_step(pool, x, grad, "save_all")
+        torch.testing.assert_close(x_grad, want_grad)
+        assert not any(shape == tuple(x.shape) and dtype == torch.bfloat16 for _, shape, dtype in seen), (pool, seen)

@@ -1,0 +1,209 @@
+"""How the backend splits a training graph into a forward and a backward: the partitioners it hands
+aot_autograd, and the rewrites of the joint graph that run before a min-cut partition so that the
+forward saves fewer bytes for the backward.
+
+    aot_autograd(fw_compiler=..., bw_compiler=..., **aot_options("min_cut"))
+
+Rewrites (each keeps the graph's results bit for bit):
+- An argument that a backward op reads only for its shape and strides (the input of
+  max_pool2d_with_indices_backward, avg_pool2d_backward, _adaptive_avg_pool2d_backward) becomes an
+  empty tensor of that layout made in the backward, so the forward need not save the pool's input.
+- max_pool2d's indices (int64, a flat position in the input plane) are handed to the backward as the
+  position inside the window (int8, 8x fewer bytes): the forward encodes, the backward decodes, both
+  pointwise work that fuses into the pool's kernels.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+aten = torch.ops.aten
+
+# "min_cut" (the default): the min-cut rematerialization partitioner Inductor uses (cheap pointwise
+# work recomputed in the backward instead of saved and re-read); "save_all": aot_autograd's default
+# partition (the backward reads every intermediate it needs, saved by the forward). min_cut is the
+# default since the H100 run of 2026-11-23 (docs/PERF.md): GPT-2's step 12.7 -> 11.1 ms and peak
+# 4.8 -> 3.0 GiB, LLaMA's peak 1.7 -> 1.3 GiB, BERT's step 12.5 -> 9.2 ms.
+PARTITIONERS = ("min_cut", "save_all")
+# Decomposed (torch._decomp) before a min-cut partition, so the partitioner sees their pointwise
+# parts and can recompute them: a cross-entropy then hands the backward its bf16 logits and two
+# numbers per row instead of fp32 log-probabilities (bench/partition_bytes.py measures it).
+MIN_CUT_DECOMPOSED = ("_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
+                      "nll_loss_forward", "nll_loss_backward", "detach", "threshold_backward")
+# op -> position of an argument whose values the op never reads (ATen's kernels and fusewire's
+# lowerings both take only its sizes and strides)
+SHAPE_ONLY_ARGUMENTS = {
+    aten.max_pool2d_with_indices_backward.default: 1,
+    aten.avg_pool2d_backward.default: 1,
+    aten._adaptive_avg_pool2d_backward.default: 1,
+}
+MAX_OFFSET_WINDOW = 127  # window positions an int8 offset can name
+
+
+def aot_options(partitioner: str) -> dict[str, Any]:
+    """aot_autograd's keyword arguments for a partitioner of PARTITIONERS. Always
+    keep_inference_input_mutations: in-place updates of inputs that need no gradient (BatchNorm's
+    running statistics) stay in the graph and are stored by the kernel that computes them, where
+    aot_autograd would otherwise copy each one back after the graph (60 copies per ResNet step)."""
+    options: dict[str, Any] = {"keep_inference_input_mutations": True}
+    if partitioner == "save_all":
+        return options
+    from torch._decomp import get_decompositions
+
+    table = get_decompositions([getattr(aten, name) for name in MIN_CUT_DECOMPOSED])
+    return {**options, "partition_fn": min_cut_partition, "decompositions": table}
+
+
+def min_cut_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
+    """The joint graph rewritten (module docstring), then split by the min-cut partitioner."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    shape_only_arguments(joint.graph)
+    max_pool_offsets(joint.graph)
+    joint.graph.lint()
+    joint.recompile()
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+
+# -- rewrites ---------------------------------------------------------------------------
+
+
+def shape_only_arguments(graph: Graph) -> int:
+    """Replaces each shape-only argument (SHAPE_ONLY_ARGUMENTS) with an empty tensor of its layout,
+    made where it is used; returns how many. Skipped for symbolic sizes."""
+    replaced = 0
+    for node in list(graph.nodes):
+        position = SHAPE_ONLY_ARGUMENTS.get(node.target) if node.op == "call_function" else None
+        if position is None or not isinstance(node.args[position], Node):
+            continue
+        value = node.args[position].meta.get("val")
+        if not _static(value):
+            continue
+        with graph.inserting_before(node):
+            empty = _call(graph, aten.empty_strided.default, tuple(value.shape), tuple(value.stride()),
+                          dtype=value.dtype, device=value.device)
+        node.update_arg(position, empty)
+        replaced += 1
+    return replaced
+
+
+def max_pool_offsets(graph: Graph) -> int:
+    """Hands each max_pool2d's indices to its backward as int8 offsets inside the window; returns how
+    many pools changed. A pool whose indices anything else reads stays as it is."""
+    changed = 0
+    for pool in list(graph.nodes):
+        if pool.op != "call_function" or pool.target is not aten.max_pool2d_with_indices.default:
+            continue
+        window = _pool_window(pool)
+        indices = [user for user in pool.users if user.target is operator.getitem and user.args[1] == 1]
+        if window is None or len(indices) != 1:
+            continue
+        index_node = indices[0]
+        users = list(index_node.users)
+        if not users or any(u.target is not aten.max_pool2d_with_indices_backward.default or
+                            u.args[7] is not index_node for u in users):
+            continue
+        with graph.inserting_before(index_node.next):
+            offsets = _encode(graph, index_node, window)
+        for user in users:
+            with graph.inserting_before(user):
+                user.update_arg(7, _decode(graph, offsets, window))
+        changed += 1
+    return changed
+
+
+class _Window:
+    """A 2d pool's geometry, for turning a flat input-plane index into a window offset and back."""
+
+    def __init__(self, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+                 dilation: tuple[int, int], width: int, out_hw: tuple[int, int], device: torch.device) -> None:
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
+        self.width, self.out_hw, self.device = width, out_hw, device
+
+
+def _pool_window(pool: Node) -> _Window | None:
+    args = list(pool.args) + [None] * (6 - len(pool.args))
+    x, kernel, stride, padding, dilation = args[0], args[1], args[2], args[3], args[4]
+    x_val, out_val = x.meta.get("val"), pool.meta.get("val")
+    if not _static(x_val) or not isinstance(out_val, (tuple, list)) or not _static(out_val[1]):
+        return None
+    kernel = _pair(kernel, None)
+    stride = _pair(stride, kernel)
+    padding, dilation = _pair(padding, (0, 0)), _pair(dilation, (1, 1))
+    if kernel is None or kernel[0] * kernel[1] > MAX_OFFSET_WINDOW:
+        return None
+    out_shape = tuple(out_val[1].shape)
+    return _Window(kernel, stride, padding, dilation, int(x_val.shape[-1]), out_shape[-2:], x_val.device)
+
+
+def _pair(value: Any, default: tuple[int, int] | None) -> tuple[int, int] | None:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return default
+    if isinstance(value, int):
+        return value, value
+    return (int(value[0]), int(value[0])) if len(value) == 1 else (int(value[0]), int(value[1]))
+
+
+def _window_starts(graph: Graph, window: _Window) -> tuple[Node, Node]:
+    """Each output row's and column's first window position in the input (may be negative),
+    shaped [OH, 1] and [OW] to broadcast against [..., OH, OW]."""
+    starts = []
+    for dim, shape in ((0, (window.out_hw[0], 1)), (1, (window.out_hw[1],))):
+        positions = _call(graph, aten.arange.start_step, 0, window.out_hw[dim], 1, dtype=torch.int64,
+                          device=window.device)
+        scaled = _call(graph, aten.mul.Tensor, positions, window.stride[dim])
+        shifted = _call(graph, aten.sub.Tensor, scaled, window.padding[dim])
+        starts.append(_call(graph, aten.view.default, shifted, list(shape)))
+    return starts[0], starts[1]
+
+
+def _encode(graph: Graph, indices: Node, window: _Window) -> Node:
+    """offset = ((h - h0) / dh) * kw + (w - w0) / dw, with h, w the input position `indices` names."""
+    row, column = _window_starts(graph, window)
+    h = _call(graph, aten.div.Tensor_mode, indices, window.width, rounding_mode="floor")
+    w = _call(graph, aten.remainder.Scalar, indices, window.width)
+    i = _call(graph, aten.div.Tensor_mode, _call(graph, aten.sub.Tensor, h, row), window.dilation[0],
+              rounding_mode="floor")
+    j = _call(graph, aten.div.Tensor_mode, _call(graph, aten.sub.Tensor, w, column), window.dilation[1],
+              rounding_mode="floor")
+    flat = _call(graph, aten.add.Tensor, _call(graph, aten.mul.Tensor, i, window.kernel[1]), j)
+    return _call(graph, aten._to_copy.default, flat, dtype=torch.int8)
+
+
+def _decode(graph: Graph, offsets: Node, window: _Window) -> Node:
+    """The flat input-plane index back: (h0 + (offset // kw) * dh) * W + w0 + (offset % kw) * dw."""
+    row, column = _window_starts(graph, window)
+    wide = _call(graph, aten._to_copy.default, offsets, dtype=torch.int64)
+    i = _call(graph, aten.div.Tensor_mode, wide, window.kernel[1], rounding_mode="floor")
+    j = _call(graph, aten.remainder.Scalar, wide, window.kernel[1])
+    h = _call(graph, aten.add.Tensor, row, _call(graph, aten.mul.Tensor, i, window.dilation[0]))
+    w = _call(graph, aten.add.Tensor, column, _call(graph, aten.mul.Tensor, j, window.dilation[1]))
+    return _call(graph, aten.add.Tensor, _call(graph, aten.mul.Tensor, h, window.width), w)
+
+
+def _call(graph: Graph, target: Any, *args: Any, **kwargs: Any) -> Node:
+    """A new node at the graph's insertion point, its meta["val"] computed on the fake tensors of
+    its arguments, as aot_autograd's tracer would have recorded it."""
+    from torch._guards import detect_fake_mode
+
+    node = graph.call_function(target, args, kwargs)
+    values = [a.meta["val"] for a in args if isinstance(a, Node)]
+    fake_mode = detect_fake_mode(values) if values else _graph_fake_mode(graph)
+    real_args = tuple(a.meta["val"] if isinstance(a, Node) else a for a in args)
+    with fake_mode:
+        node.meta["val"] = target(*real_args, **kwargs)
+    return node
+
+
+def _graph_fake_mode(graph: Graph):
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([n.meta["val"] for n in graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)])
+
+
+def _static(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and all(isinstance(s, int) for s in (*value.shape, *value.stride()))
