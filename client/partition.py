@@ -16,6 +16,7 @@ Rewrites (each keeps the graph's results bit for bit):
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -105,7 +106,7 @@ def max_pool_offsets(graph: Graph) -> int:
         index_node = indices[0]
         users = list(index_node.users)
         if not users or any(u.target is not aten.max_pool2d_with_indices_backward.default or
-                            u.args[7] is not index_node for u in users):
+                            len(u.args) != 8 or u.args[7] is not index_node for u in users):
             continue
         with graph.inserting_before(index_node.next):
             offsets = _encode(graph, index_node, window)
@@ -116,16 +117,23 @@ def max_pool_offsets(graph: Graph) -> int:
     return changed
 
 
+@dataclass(frozen=True)
 class _Window:
     """A 2d pool's geometry, for turning a flat input-plane index into a window offset and back."""
 
-    def __init__(self, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
-                 dilation: tuple[int, int], width: int, out_hw: tuple[int, int], device: torch.device) -> None:
-        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
-        self.width, self.out_hw, self.device = width, out_hw, device
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    width: int  # of the input plane
+    out_hw: tuple[int, int]
+    device: torch.device
 
 
 def _pool_window(pool: Node) -> _Window | None:
+    """The pool's window; None where it cannot be read off positional arguments and static sizes."""
+    if pool.kwargs:
+        return None
     args = list(pool.args) + [None] * (6 - len(pool.args))
     x, kernel, stride, padding, dilation = args[0], args[1], args[2], args[3], args[4]
     x_val, out_val = x.meta.get("val"), pool.meta.get("val")
