@@ -1,6 +1,6 @@
 """Bytes a training step hands from forward to backward, per partitioner (CPU, no GPU needed).
 
-    python bench/partition_bytes.py [--models gpt2,llama] [--size bench] [--json out.json]
+    python bench/partition_bytes.py [--models gpt2,llama] [--size bench] [--inductor] [--json out.json]
 
 Each zoo model (tests/models/zoo.py, bf16) runs one training step under torch.compile with
 aot_autograd split the way the fusewire backend splits it (`client.partition.aot_options`),
@@ -9,7 +9,8 @@ the graphs handed to a recorder instead of the service. Reported per partitioner
   tangents_mib   the backward's incoming gradients (aot_autograd materializes them)
   forward_out_mib  everything the forward graphs write as outputs (user outputs + saved)
   largest_saved  the biggest saved tensors: shape, dtype, MiB
-These are exact byte counts of the graphs' inputs and outputs, not timings: the activation memory a
+`--inductor` adds a row split the way Inductor splits it (its decomposition table, the min-cut
+partitioner), for comparison. These are exact byte counts of the graphs' inputs and outputs, not timings: the activation memory a
 partition keeps between forward and backward, and bytes the forward writes and the backward reads.
 """
 
@@ -62,7 +63,7 @@ def measure(name: str, size: str, partitioner: str) -> dict:
         return gm
 
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=forward, bw_compiler=backward,
-                                                         **aot_options(partitioner)))
+                                                         **_options(partitioner)))
     step_loss(compiled, name, batch).backward()
     row["saved_mib"] = _mib([v for _, v in saved])
     biggest = sorted(saved, key=lambda item: -item[1].numel() * item[1].element_size())[:3]
@@ -70,15 +71,28 @@ def measure(name: str, size: str, partitioner: str) -> dict:
     return {k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()}
 
 
+def _options(partitioner: str) -> dict:
+    if partitioner != "inductor":
+        return aot_options(partitioner)
+    import functools
+
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
+
+    return {"keep_inference_input_mutations": True, "decompositions": select_decomp_table(),
+            "partition_fn": functools.partial(min_cut_rematerialization_partition, compiler="inductor")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument("--size", default="bench", choices=("tiny", "bench"))
+    parser.add_argument("--inductor", action="store_true", help="also split as Inductor does")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = []
     for name in args.models.split(","):
-        for partitioner in PARTITIONERS:
+        for partitioner in PARTITIONERS + (("inductor",) if args.inductor else ()):
             rows.append(measure(name, args.size, partitioner))
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
