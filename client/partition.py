@@ -63,10 +63,9 @@ def min_cut_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
     """The joint graph rewritten (module docstring), then split by the min-cut partitioner."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    shape_only_arguments(joint.graph)
-    max_pool_offsets(joint.graph)
-    joint.graph.lint()
-    joint.recompile()
+    if shape_only_arguments(joint.graph) + max_pool_offsets(joint.graph):
+        joint.graph.lint()
+        joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 

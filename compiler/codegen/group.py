@@ -46,6 +46,7 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
     by_name = {n.name: n for n in group.nodes}
     sections = place_nodes(group, read_writes, online)
     pending_reductions: list[tuple[ComputeNode, list]] = []
+    costs = _RecomputeCosts(group, read_writes, writer)
     for kind, nodes in sections:
         if (not (group.is_reduction or group.tiled) and kind == "r") or (not nodes and not pending_reductions):
             continue
@@ -68,44 +69,48 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
                 pending_reductions.append((node, writer.reduce(node.reduction_type, value, accumulate)))
             else:
                 recompute = None
-                if kind == "r" and not writer.persistent and _cheaper_to_recompute(node, group, read_writes, writer):
+                if kind == "r" and not writer.persistent and costs.cheaper(node):
                     recompute = lambda node=node, index=index, rindex=rindex: node.body(writer, index, rindex)
                 for store in node.stores:
                     writer.store(store.buffer.name, store.layout.index(index), value, recompute)
 
 
-def _cheaper_to_recompute(node: ComputeNode, group: KernelGroup, read_writes: dict[str, ReadWrites],
-                          writer: KernelWriter) -> bool:
-    """Whether a later loop of a looped kernel should evaluate this pointwise node again rather
-    than read back what it stored: when the loads it makes per reduction element take no more
-    bytes than one element of its output (a bf16 input cast to float32: the float32 copy need
-    not exist at all). Loads of one value per row (targets, row results) and of constants cost nothing."""
-    written = [ITEMSIZES[writer.buffer_dtypes[b]] for b in read_writes[node.name].write_buffers()]
-    return bool(written) and _recompute_bytes(node, group, read_writes, writer, {}) <= min(written)
+class _RecomputeCosts:
+    """Whether a later loop of a looped kernel should evaluate a pointwise node again rather than
+    read back what it stored: when the loads it makes per reduction element take no more bytes than
+    one element of its output (a bf16 input cast to float32: the float32 copy need not exist at
+    all). Loads of one value per row (targets, row results) and of constants cost nothing. One per
+    kernel: each node's cost is worked out once."""
 
+    def __init__(self, group: KernelGroup, read_writes: dict[str, ReadWrites], writer: KernelWriter) -> None:
+        self.group, self.read_writes, self.writer = group, read_writes, writer
+        self.writers = {b: n for n in group.nodes if not n.is_reduction for b in read_writes[n.name].write_buffers()}
+        self.memo: dict[str, float] = {}
 
-def _recompute_bytes(node: ComputeNode, group: KernelGroup, read_writes: dict[str, ReadWrites],
-                     writer: KernelWriter, memo: dict[str, float]) -> float:
-    """Bytes per reduction element that evaluating `node` again loads from memory. A value another
-    pointwise node of the group computes counts what evaluating that node again loads, when that
-    is less than the value's own bytes (a bf16 row cast to float32, shifted, cast back to bf16:
-    two bytes, not the float32 intermediate's four), since its later reads recompute it too."""
-    if node.name in memo:
-        return memo[node.name]
-    memo[node.name] = float("inf")  # a cycle (none expected) never counts as cheap
-    writers = {b: n for n in group.nodes if not n.is_reduction for b in read_writes[n.name].write_buffers()}
-    mapping, bounds = group.mapping.nodes[node.name], group.mapping.bounds
-    total = 0.0
-    for dep in read_writes[node.name].reads:
-        if isinstance(dep, MemoryDep) and RINDEX not in mapping.apply(dep.index, bounds).free_symbols:
-            continue
-        own = ITEMSIZES[writer.buffer_dtypes[dep.buffer]]
-        producer = writers.get(dep.buffer)
-        if producer is not None and producer is not node:
-            own = min(own, _recompute_bytes(producer, group, read_writes, writer, memo))
-        total += own
-    memo[node.name] = total
-    return total
+    def cheaper(self, node: ComputeNode) -> bool:
+        written = [ITEMSIZES[self.writer.buffer_dtypes[b]] for b in self.read_writes[node.name].write_buffers()]
+        return bool(written) and self.bytes(node) <= min(written)
+
+    def bytes(self, node: ComputeNode) -> float:
+        """Bytes per reduction element that evaluating `node` again loads from memory. A value another
+        pointwise node of the group computes counts what evaluating that node again loads, when that
+        is less than the value's own bytes (a bf16 row cast to float32, shifted, cast back to bf16:
+        two bytes, not the float32 intermediate's four), since its later reads recompute it too."""
+        if node.name in self.memo:
+            return self.memo[node.name]
+        self.memo[node.name] = float("inf")  # a cycle (none expected) never counts as cheap
+        mapping, bounds = self.group.mapping.nodes[node.name], self.group.mapping.bounds
+        total = 0.0
+        for dep in self.read_writes[node.name].reads:
+            if isinstance(dep, MemoryDep) and RINDEX not in mapping.apply(dep.index, bounds).free_symbols:
+                continue
+            own = ITEMSIZES[self.writer.buffer_dtypes[dep.buffer]]
+            producer = self.writers.get(dep.buffer)
+            if producer is not None and producer is not node:
+                own = min(own, self.bytes(producer))
+            total += own
+        self.memo[node.name] = total
+        return total
 
 
 def dropped_stores(writer: KernelWriter, group: KernelGroup) -> set[str]:
