@@ -8,7 +8,8 @@ dropped. Fusion then runs in rounds: candidate pairs are nodes that share a buff
 refuses extern nodes, groups past the size limit, fusions that would create a cycle
 and groups whose loops cannot share one kernel (`loop_mapping`); the legal pairs are
 taken best first by `FusionState.score` (bytes saved, then proximity). Every refusal is
-recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`.
+recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`. The fused steps,
+in program order, are last reordered where that lowers the peak memory (`memory_order`).
 
 Whole-model graphs have tens of thousands of nodes, so nothing here walks the whole graph
 per pair or per fusion: the dependencies between steps live in a `StepGraph` whose ranks
@@ -34,6 +35,7 @@ from compiler.gc_pause import paused_gc
 from compiler.graph import ITEMSIZES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
+from compiler.memory_order import reorder_for_peak_memory
 from compiler.options import CompileOptions
 from compiler.inline_gathers import gathered_producers, inline_gathered_producers
 from compiler.split_reductions import split_reductions
@@ -145,6 +147,7 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
         steps = fuse_nodes(steps, predecessors, read_writes, program, options, log, judge)
     steps = topological_order(steps, predecessors)
     mark_internal_buffers(steps, read_writes, program)
+    steps = reorder_for_peak_memory(steps, predecessors, read_writes, program)
     itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
     for step in steps:
         if isinstance(step, KernelGroup):

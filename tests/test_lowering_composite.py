@@ -194,6 +194,29 @@ def test_matmuls_are_extern(op):
         assert result.kernels, "the pointwise epilogue should be a generated kernel"
 
 
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16], ids=str)
+def test_a_product_over_one_column_is_a_fused_outer_product(dtype):
+    """LLaMA's rotary frequencies (`inv_freq @ positions`, K = 1), also from transposed and
+    expanded operands: no ATen call, one kernel with the cos/sin readers, each element the single
+    product the GEMM would round once (equal to eager's bit for bit)."""
+    def rotary(inv_freq, positions):
+        freqs = (inv_freq[None, :, None].expand(3, -1, 1) @ positions[:, None, :]).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), -1)
+        return emb.cos(), emb.sin()
+
+    inv_freq, positions = rand((19,), dtype, low=0.01, high=1.0), rand((3, 37), dtype, low=0.0, high=512.0)
+    assert len(check(rotary, inv_freq, positions).kernels) == 1
+    bmm = check(lambda x, y: torch.bmm(x, y), rand((3, 19, 1), dtype), rand((3, 1, 37), dtype, seed=1))
+    assert torch.equal(bmm.outputs[0], bmm.expected[0])
+    mm = check(lambda x, y: torch.mm(x.t(), y), transposed((1, 23), dtype), rand((1, 9), dtype, seed=1))
+    assert torch.equal(mm.outputs[0], mm.expected[0])
+
+
+def test_a_product_over_two_columns_stays_a_gemm():
+    result = check(lambda x, y: torch.mm(x, y), rand((23, 2)), rand((2, 9), seed=1), expect_no_extern=False)
+    assert result.externs == ["aten.mm.default"]
+
+
 def test_matmul_of_transposed_and_computed_operands():
     result = check(lambda x, y: torch.mm(x.t().exp(), y[:, ::2]), transposed((6, 4)), rand((6, 10), seed=1),
                    expect_no_extern=False)

@@ -27,6 +27,7 @@ from compiler.gc_pause import paused_gc
 from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import registry
+from compiler.lowering.composite import outer_product
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
 from compiler.lowering.memo import signature
 from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, padded_layout, viewed_by_outputs
@@ -188,6 +189,8 @@ def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, dept
             return registry.RANDOM_LOWERINGS[target](ctx, *args, **kwargs)
         except NotImplementedError:
             return _extern(ctx, target, args, kwargs)
+    if not kwargs and ctx.out_meta and (product := outer_product(ctx, target, args)) is not None:
+        return product
     if registry.always_extern(op) or not ctx.out_meta or _touches_extern_dtypes(ctx, args, kwargs):
         return _extern(ctx, target, args, kwargs)
     if target in registry.LOWERINGS:

@@ -68,3 +68,22 @@ def native_layer_norm(ctx: LoweringContext, x: TensorValue, normalized_shape: Se
     stats_dtype = str(ctx.out_meta[1].dtype).removeprefix("torch.")
     out = Lazy(x.size, ctx.out_dtype, normalized)
     return out, Lazy(mean.size, stats_dtype, mean.load), Lazy(rstd.size, stats_dtype, rstd.load)
+
+
+OUTER_PRODUCTS = frozenset({"aten.mm.default", "aten.bmm.default"})
+
+
+def outer_product(ctx: LoweringContext, target: str, args: Sequence[Any]) -> Lazy | None:
+    """`mm`/`bmm` whose contraction has length 1 (rotary embeddings' `inv_freq @ positions` in
+    LLaMA-style models): one multiply per element, fused into its readers instead of a cuBLAS
+    call and its launch. Each element is a single product rounded once, as the GEMM computes it.
+    None for any other product (it stays an ATen call)."""
+    if target not in OUTER_PRODUCTS or len(args) != 2 or not all(isinstance(a, TensorValue) for a in args):
+        return None
+    a, b = args
+    if a.size[-1] != 1 or ctx.out_dtype not in ("float32", "float16", "bfloat16", "float64"):
+        return None
+    acc = compute_dtype(ctx.out_dtype)
+    left, right = broadcast_to(a, ctx.out_size), broadcast_to(b, ctx.out_size)
+    return Lazy(ctx.out_size, ctx.out_dtype, lambda ops, index: ops.mul(
+        ops.to_dtype(left.load(ops, index), acc), ops.to_dtype(right.load(ops, index), acc)))

@@ -116,9 +116,11 @@ def _is_view(target: str) -> bool:
 
 
 def padded_layout(layout: Layout) -> Layout:
-    """`layout` (row-major, 2 dims or more) with its row stride padded; unchanged if aligned already."""
+    """`layout` (row-major, 2 dims or more) with its row stride padded; unchanged if aligned already,
+    and for rows of one element (a column that cuBLAS reads as a vector, or the operand of an
+    outer product, which is no GEMM: padding would only multiply its bytes)."""
     size = layout.size
-    if len(size) < 2 or layout.stride != Layout.contiguous(size, layout.dtype).stride or size[-2] <= 1:
+    if len(size) < 2 or layout.stride != Layout.contiguous(size, layout.dtype).stride or size[-2] <= 1 or size[-1] <= 1:
         return layout
     itemsize = ITEMSIZES[layout.dtype]
     row = size[-1]

@@ -1,0 +1,67 @@
+"""compiler/memory_order.py: a step whose result nobody reads until after the peak is run after
+it when that lowers the planned peak; dependencies (mutations included) always hold."""
+
+from __future__ import annotations
+
+import torch
+
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import compiler
+import compiler.scheduler as scheduler
+from compiler.bounds import planned_peak_bytes
+from compiler.fx_import import from_fx
+from tests.test_scheduler import compile_and_check
+
+M, V, D = 256, 1024, 512  # float32: the weight-sized buffers are 2 MiB, the gradient 1 MiB
+
+
+def tied_weight_backward(g, h, w):
+    """GPT-2's tied LM head in the backward: the weight gradient is computed first in program
+    order but only read at the end, while the copy of the weight for the other GEMM is live."""
+    scaled = g * 2  # the padded logits gradient, read by both GEMMs
+    weight_grad = scaled.t() @ h
+    weight_copy = w * 3  # the padded weight
+    input_grad = scaled @ weight_copy
+    return torch.relu(input_grad), weight_grad
+
+
+def inputs():
+    return torch.randn(M, V), torch.randn(M, D), torch.randn(V, D)
+
+
+def matmul_order(artifact) -> list[str]:
+    """The extern matmuls' outputs in plan order."""
+    return [s["outputs"][0] for s in artifact.plan["steps"] if s["op"] == "extern" and "mm" in s["target"]]
+
+
+def test_a_result_read_only_after_the_peak_is_computed_after_it(monkeypatch):
+    reordered = compile_and_check(tied_weight_backward, *inputs())
+    monkeypatch.setattr(scheduler, "reorder_for_peak_memory", lambda steps, *_: steps)
+    in_program_order = compile_and_check(tied_weight_backward, *inputs())
+    weight_copy_bytes = V * D * 4
+    assert planned_peak_bytes(reordered.plan) <= planned_peak_bytes(in_program_order.plan) - weight_copy_bytes // 2
+    assert matmul_order(reordered) == matmul_order(in_program_order)[::-1]
+
+
+def test_a_step_is_never_moved_past_a_later_write_of_what_it_reads():
+    def fn(g, h, w):
+        scaled = g * 2
+        weight_grad = scaled.t() @ h  # must read `scaled` before the in-place write below
+        scaled.mul_(0.5)
+        input_grad = scaled @ (w * 3)
+        return torch.relu(input_grad), weight_grad
+
+    compile_and_check(fn, *inputs())
+
+
+def test_an_order_without_an_idle_buffer_at_its_peak_is_kept(monkeypatch):
+    def fn(a, w):
+        h = torch.relu(a @ w)
+        return torch.sigmoid(h @ w.t()), h.sum()
+
+    args = torch.randn(M, D), torch.randn(D, V)
+    reordered = compiler.compile(from_fx(make_fx(fn)(*args), args), "cpu")
+    monkeypatch.setattr(scheduler, "reorder_for_peak_memory", lambda steps, *_: steps)
+    kept = compiler.compile(from_fx(make_fx(fn)(*args), args), "cpu")
+    assert reordered.plan["steps"] == kept.plan["steps"]
