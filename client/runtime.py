@@ -140,6 +140,7 @@ class _Program:
         self._held: dict[str, tuple] = {spec["buffer"]: (tuple(spec["size"]), tuple(spec["stride"]))
                                          for spec in plan["inputs"] if 1 not in spec["size"]}
         self._extern_outputs: set[str] = set()
+        self._donated: set[str] = set()  # buffers whose storage an in-place kernel output took over
         self._names: dict[str, Any] = {"Tensor": torch.Tensor, "view": _as_view, "results_of": _results_of,
                                        "empty": _allocator(device), "unplanned_output": _unplanned_output}
         self._lines: list[str] = []
@@ -193,7 +194,9 @@ class _Program:
         if op == "alloc":
             self._alloc(step)
         elif op == "free":
-            if not step.get("keep"):  # kept: a later alloc reuses it (and clears the variable then)
+            # kept: a later alloc reuses it (and clears the variable then); taken over in place by the
+            # kernel that just read it: the storage lives on in the kernel's output
+            if not step.get("keep") or step["buffer"] in self._donated:
                 self._line(f"{self._var(step['buffer'])} = None")
         elif op == "kernel":
             self._kernel(step, kernels[step["kernel"]])
@@ -207,7 +210,10 @@ class _Program:
         var, meta = self._var(buffer), self.plan["buffers"][buffer]
         own = _allocated_layout(meta)
         size, stride = (self._name(v, "shape") for v in own)
-        if "reuse" in step:
+        if step.get("inplace"):  # the next kernel reads the old buffer and writes this one over it
+            self._line(f"{var} = {self._var(step['reuse'])}")
+            self._donated.add(step["reuse"])
+        elif "reuse" in step:
             old = self._var(step["reuse"])
             if self._held.get(step["reuse"]) == own:
                 self._line(f"{var}, {old} = {old}, None")

@@ -1,5 +1,7 @@
-"""compiler/memory_order.py: a step whose result nobody reads until after the peak is run after
-it when that lowers the planned peak; dependencies (mutations included) always hold."""
+"""Memory: compiler/memory_order.py runs a step whose result nobody reads until after the peak
+after it when that lowers the planned peak (dependencies, mutations included, always hold);
+codegen/plan.py lets a pointwise kernel write over an input it reads for the last time, element
+for element, and never over one it reads elsewhere."""
 
 from __future__ import annotations
 
@@ -65,3 +67,38 @@ def test_an_order_without_an_idle_buffer_at_its_peak_is_kept(monkeypatch):
     monkeypatch.setattr(scheduler, "reorder_for_peak_memory", lambda steps, *_: steps)
     kept = compiler.compile(from_fx(make_fx(fn)(*args), args), "cpu")
     assert reordered.plan["steps"] == kept.plan["steps"]
+
+
+def inplace_allocs(artifact) -> list[tuple[str, str]]:
+    return [(s["buffer"], s["reuse"]) for s in artifact.plan["steps"] if s["op"] == "alloc" and s.get("inplace")]
+
+
+def test_a_pointwise_epilogue_writes_over_the_matmul_result_it_reads_last():
+    def fn(x, w):
+        h = x @ w
+        return torch.nn.functional.gelu(h) * 2 + x[:, :1]
+
+    artifact = compile_and_check(fn, torch.randn(37, 21), torch.randn(21, 21))
+    (extern,) = [s for s in artifact.plan["steps"] if s["op"] == "extern"]
+    assert [reuse for _, reuse in inplace_allocs(artifact)] == extern["outputs"]
+
+
+def test_a_kernel_that_reads_other_elements_of_its_input_does_not_write_over_it():
+    def fn(x, w):
+        h = x @ w
+        return h * h.t() + 1  # element (i, j) reads h at (i, j) and (j, i)
+
+    artifact = compile_and_check(fn, torch.randn(131, 131), torch.randn(131, 131))  # several programs
+    (extern,) = [s for s in artifact.plan["steps"] if s["op"] == "extern"]
+    assert not [reuse for _, reuse in inplace_allocs(artifact) if reuse in extern["outputs"]]
+
+
+def test_unfused_kernels_each_write_over_the_last_result():
+    def fn(a):
+        for i in range(4):
+            a = torch.sin(a) + i
+        return a
+
+    artifact = compile_and_check(fn, torch.randn(13, 17), options={"fusion": False})
+    assert len(inplace_allocs(artifact)) >= 3
+    assert artifact.plan["peak_bytes"] <= 13 * 17 * 4

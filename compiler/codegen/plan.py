@@ -10,7 +10,10 @@
 
 A buffer is allocated right before its first writer and freed right after its last
 reader; graph inputs, outputs and extern results (ATen allocates those) are never
-allocated by the plan. A constant's values are the file `constants/<constant>.bin` of
+allocated by the plan. A pointwise kernel writes in place (`"inplace": true` on the alloc
+that reuses the buffer) into an input of the same size, dtype and layout that it is the last
+reader of, when it reads each element of that input only to write the same element: the
+input's storage is never live twice (Inductor's in-place reuse). A constant's values are the file `constants/<constant>.bin` of
 the artifact (`constant` is its position in the wire graph's constants); the runtime
 puts them on the device once and never frees them.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.bounds import planned_peak_bytes
+from compiler.dependencies import MemoryDep
 from compiler.ir import ExternNode, TensorArg
 from compiler.scheduler import KernelGroup, Schedule
 
@@ -33,13 +37,23 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
     pool: dict[tuple[int, str], list[str]] = {}  # freed plan-allocated buffers by (numel, dtype)
     steps: list[dict[str, Any]] = []
     allocated: set[str] = set()
+    donated: set[str] = set()  # buffers whose storage a kernel's output took over in place
+    donors = allocated | _fresh_extern_results(schedule)  # storage nothing else views
     for i, step in enumerate(schedule.steps):
         if isinstance(step, KernelGroup):
             kernel = kernels[step.name]
             for name in kernel.arguments:
                 if name not in allocated and program.buffers[name].kind == "computed":
-                    steps.append(_allocate(name, program.buffers[name], pool))
+                    dying = [b for b in kernel.arguments if last_use[b] == i and b in donors and b not in donated
+                             and b not in outputs]
+                    source = _inplace_source(step, name, dying, schedule)
+                    if source is not None:
+                        donated.add(source)
+                        steps.append({"op": "alloc", "buffer": name, "reuse": source, "inplace": True})
+                    else:
+                        steps.append(_allocate(name, program.buffers[name], pool))
                     allocated.add(name)
+                    donors.add(name)
             if kernel.numel > 0:
                 steps.append(_kernel_step(kernel))
         else:
@@ -47,7 +61,7 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
         for name in sorted(step_buffers[i]):
             if last_use[name] == i and name not in inputs and name not in outputs:
                 steps.append({"op": "free", "buffer": name})
-                if name in allocated:
+                if name in allocated and name not in donated:
                     pool.setdefault(_pool_key(program.buffers[name]), []).append(name)
     _mark_kept(steps)
     plan = {
@@ -82,6 +96,40 @@ def _allocate(name: str, buffer: Any, pool: dict[tuple[int, str], list[str]]) ->
     if free:
         return {"op": "alloc", "buffer": name, "reuse": free.pop(0)}
     return {"op": "alloc", "buffer": name}
+
+
+def _fresh_extern_results(schedule: Schedule) -> set[str]:
+    """Results of ATen calls that are new tensors, not views of their arguments (mm's result is,
+    a split's pieces are not)."""
+    from compiler.fx_import import resolve_op
+
+    fresh: set[str] = set()
+    for step in schedule.steps:
+        if not isinstance(step, KernelGroup) and not step.node.mutated:
+            returns = resolve_op(step.node.target)._schema.returns
+            if all(r.alias_info is None for r in returns):
+                fresh.update(b.name for b in step.node.outputs)
+    return fresh
+
+
+def _inplace_source(group: KernelGroup, output: str, dying: list[str], schedule: Schedule) -> str | None:
+    """A buffer among `dying` (read here for the last time) whose storage `output` can take: same
+    dtype and layout, the group pointwise, and every read of it at the very element the group
+    writes of `output` (so no element is read after it is overwritten)."""
+    if group.is_reduction or len({n.ranges for n in group.nodes}) != 1:
+        return None
+    buffers = schedule.program.buffers
+    reads = [d for n in group.node_names for d in schedule.read_writes[n].reads]
+    writes = [d for n in group.node_names for d in schedule.read_writes[n].writes]
+    stores = {d for d in writes if d.buffer == output}
+    if len(stores) != 1 or not isinstance(store := next(iter(stores)), MemoryDep):
+        return None
+    for candidate in dying:
+        if buffers[candidate].layout != buffers[output].layout or any(d.buffer == candidate for d in writes):
+            continue
+        if all(d == store.__class__(candidate, store.index, store.ranges) for d in reads if d.buffer == candidate):
+            return candidate
+    return None
 
 
 def _mark_kept(steps: list[dict[str, Any]]) -> None:
