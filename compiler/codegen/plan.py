@@ -20,6 +20,7 @@ puts them on the device once and never frees them.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from compiler.bounds import planned_peak_bytes
@@ -46,7 +47,7 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
                 if name not in allocated and program.buffers[name].kind == "computed":
                     dying = [b for b in kernel.arguments if last_use[b] == i and b in donors and b not in donated
                              and b not in outputs]
-                    source = _inplace_source(step, name, dying, schedule)
+                    source = _inplace_source(step, kernel.source, name, dying, schedule)
                     if source is not None:
                         donated.add(source)
                         steps.append({"op": "alloc", "buffer": name, "reuse": source, "inplace": True})
@@ -112,10 +113,11 @@ def _fresh_extern_results(schedule: Schedule) -> set[str]:
     return fresh
 
 
-def _inplace_source(group: KernelGroup, output: str, dying: list[str], schedule: Schedule) -> str | None:
+def _inplace_source(group: KernelGroup, source: str, output: str, dying: list[str], schedule: Schedule) -> str | None:
     """A buffer among `dying` (read here for the last time) whose storage `output` can take: same
-    dtype and layout, the group pointwise, and every read of it at the very element the group
-    writes of `output` (so no element is read after it is overwritten)."""
+    dtype and layout, the group pointwise, every read of it at the very element the group writes of
+    `output`, and every load of it in the kernel's source before that store (so no element is read
+    after it is overwritten)."""
     if group.is_reduction or len({n.ranges for n in group.nodes}) != 1:
         return None
     buffers = schedule.program.buffers
@@ -127,9 +129,20 @@ def _inplace_source(group: KernelGroup, output: str, dying: list[str], schedule:
     for candidate in dying:
         if buffers[candidate].layout != buffers[output].layout or any(d.buffer == candidate for d in writes):
             continue
-        if all(d == store.__class__(candidate, store.index, store.ranges) for d in reads if d.buffer == candidate):
+        if all(d == store.__class__(candidate, store.index, store.ranges) for d in reads if d.buffer == candidate) \
+                and _last_position(rf"tl\.load\(ptr_{candidate}\b", source) < _first_position(rf"tl\.store\(ptr_{output}\b", source):
             return candidate
     return None
+
+
+def _last_position(pattern: str, text: str) -> int:
+    found = [m.start() for m in re.finditer(pattern, text)]
+    return found[-1] if found else -1
+
+
+def _first_position(pattern: str, text: str) -> int:
+    found = re.search(pattern, text)
+    return found.start() if found else -1
 
 
 def _mark_kept(steps: list[dict[str, Any]]) -> None:
