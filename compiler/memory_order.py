@@ -21,15 +21,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from compiler.dependencies import ReadWrites
+from compiler.fx_import import resolve_op
 from compiler.graph import ITEMSIZES
 from compiler.ir import ExternNode, Program
 
-MAX_MOVES = 32  # each accepted move lowers the peak; a handful usually suffice
-CANDIDATES_PER_PEAK = 8  # the biggest buffers alive across the peak that nobody reads there
+# At most MAX_MOVES x CANDIDATES_PER_PEAK simulations, each linear in the steps: bounded for
+# whole-model graphs. Each accepted move lowers the peak; a handful usually suffice.
+MAX_MOVES = 16
+CANDIDATES_PER_PEAK = 4  # the biggest buffers alive across the peak that nobody reads there
 MIN_GAIN_BYTES = 1 << 20  # smaller gains are not worth a changed order
-RANDOM_EXTERNS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "normal", "uniform",
-                  "multinomial", "exponential", "geometric", "cauchy", "log_normal", "poisson")
 
 
 @dataclass
@@ -82,7 +85,7 @@ def _step_buffers(step, read_writes: dict[str, ReadWrites], sizes: dict[str, int
         written |= read_writes[name].write_buffers()
     internal = getattr(step, "internal", set())
     node = getattr(step, "node", None)
-    random = isinstance(node, ExternNode) and any(word in node.target.split(".")[1] for word in RANDOM_EXTERNS)
+    random = isinstance(node, ExternNode) and torch.Tag.nondeterministic_seeded in resolve_op(node.target).tags
     return _StepBuffers({b for b in touched - internal if b in sizes}, {b for b in written - internal if b in sizes},
                         not random, touched & inputs)
 

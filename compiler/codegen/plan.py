@@ -13,9 +13,9 @@ reader; graph inputs, outputs and extern results (ATen allocates those) are neve
 allocated by the plan. A pointwise kernel writes in place (`"inplace": true` on the alloc
 that reuses the buffer) into an input of the same size, dtype and layout that it is the last
 reader of, when it reads each element of that input only to write the same element: the
-input's storage is never live twice (Inductor's in-place reuse). A constant's values are the file `constants/<constant>.bin` of
-the artifact (`constant` is its position in the wire graph's constants); the runtime
-puts them on the device once and never frees them.
+input's storage is never live twice (Inductor's in-place reuse). A constant's values are the
+file `constants/<constant>.bin` of the artifact (`constant` is its position in the wire
+graph's constants); the runtime puts them on the device once and never frees them.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _inplace_source(group: KernelGroup, source: str, output: str, dying: list[st
     for candidate in dying:
         if buffers[candidate].layout != buffers[output].layout or any(d.buffer == candidate for d in writes):
             continue
-        if all(d == store.__class__(candidate, store.index, store.ranges) for d in reads if d.buffer == candidate) \
+        if all(d == MemoryDep(candidate, store.index, store.ranges) for d in reads if d.buffer == candidate) \
                 and _last_position(rf"tl\.load\(ptr_{candidate}\b", source) < _first_position(rf"tl\.store\(ptr_{output}\b", source):
             return candidate
     return None
