@@ -21,10 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from compiler.dependencies import ReadWrites
-from compiler.fx_import import resolve_op
 from compiler.graph import ITEMSIZES
 from compiler.ir import ExternNode, Program
 
@@ -85,9 +82,19 @@ def _step_buffers(step, read_writes: dict[str, ReadWrites], sizes: dict[str, int
         written |= read_writes[name].write_buffers()
     internal = getattr(step, "internal", set())
     node = getattr(step, "node", None)
-    random = isinstance(node, ExternNode) and torch.Tag.nondeterministic_seeded in resolve_op(node.target).tags
+    random = isinstance(node, ExternNode) and _draws_random_numbers(node.target)
     return _StepBuffers({b for b in touched - internal if b in sizes}, {b for b in written - internal if b in sizes},
                         not random, touched & inputs)
+
+
+def _draws_random_numbers(target: str) -> bool:
+    """Whether the ATen op draws from torch's generator (tagged nondeterministic_seeded). torch is
+    imported here, not with the module: the scheduler stays importable without it."""
+    import torch
+
+    from compiler.fx_import import resolve_op
+
+    return torch.Tag.nondeterministic_seeded in resolve_op(target).tags
 
 
 @dataclass

@@ -39,14 +39,14 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     allocated: set[str] = set()
     donated: set[str] = set()  # buffers whose storage a kernel's output took over in place
-    donors = allocated | _fresh_extern_results(schedule)  # storage nothing else views
+    fresh_results = _fresh_extern_results(schedule)  # with `allocated`: storage nothing else views
     for i, step in enumerate(schedule.steps):
         if isinstance(step, KernelGroup):
             kernel = kernels[step.name]
             for name in kernel.arguments:
                 if name not in allocated and program.buffers[name].kind == "computed":
-                    dying = [b for b in kernel.arguments if last_use[b] == i and b in donors and b not in donated
-                             and b not in outputs]
+                    dying = [b for b in kernel.arguments if last_use[b] == i and (b in allocated or b in fresh_results)
+                             and b not in donated and b not in outputs]
                     source = _inplace_source(step, kernel.source, name, dying, schedule)
                     if source is not None:
                         donated.add(source)
@@ -54,7 +54,6 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
                     else:
                         steps.append(_allocate(name, program.buffers[name], pool))
                     allocated.add(name)
-                    donors.add(name)
             if kernel.numel > 0:
                 steps.append(_kernel_step(kernel))
         else:
@@ -118,7 +117,7 @@ def _inplace_source(group: KernelGroup, source: str, output: str, dying: list[st
     dtype and layout, the group pointwise, every read of it at the very element the group writes of
     `output`, and every load of it in the kernel's source before that store (so no element is read
     after it is overwritten)."""
-    if group.is_reduction or len({n.ranges for n in group.nodes}) != 1:
+    if not dying or group.is_reduction or len({n.ranges for n in group.nodes}) != 1:
         return None
     buffers = schedule.program.buffers
     reads = [d for n in group.node_names for d in schedule.read_writes[n].reads]
