@@ -329,7 +329,10 @@ def random_tensor(spec: TensorSpec, generator: torch.Generator, device: str | to
     strides = spec.strides()
     storage = 1 + sum((size - 1) * stride for size, stride in zip(spec.shape, strides)) if all(spec.shape) else 0
     if dtype.is_floating_point and int_range is not None:
-        flat = torch.empty(storage, dtype=torch.float32).uniform_(*int_range, generator=generator).to(dtype)
+        low, high = int_range
+        flat = torch.empty(storage, dtype=torch.float32).uniform_(low, high, generator=generator).to(dtype)
+        inside = (flat >= low) & (flat < high)  # a bf16 draw just below `high` may round up to it
+        flat = torch.where(inside, flat, torch.tensor((low + high) / 2, dtype=dtype))
     elif dtype.is_floating_point:
         flat = torch.randn(storage, generator=generator, dtype=torch.float32).to(dtype)
     elif dtype == torch.bool:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import sympy
+
 from compiler.dependencies import MemoryDep, ReadWrites, StarDep, extract_read_writes
 from compiler.graph import ITEMSIZES
 from compiler.indexing import Expr, ModularIndexing, index_symbol
@@ -184,9 +186,58 @@ class _InliningOps:
             return self._inner.load(name, index)
         flat = index - self._layout.offset
         coords = [ModularIndexing(flat, stride, size) for size, stride in zip(self._layout.size, self._layout.stride)]
+        return self._evaluate(coords)
+
+    def load_view(self, name: str, view: Layout, index: tuple[Expr, ...]) -> Any:
+        """A load through a view, with the reader's coordinates (StorageView.load). A view that is a
+        box of the stored layout maps them straight to the producer's coordinates: a masked read
+        (padding, `slice_backward`, `cat`) keeps its plain index, `x - 32`, where the storage offset
+        taken apart again would be a div/mod chain that only the mask keeps in range."""
+        if name != self._buffer:
+            if hasattr(type(self._inner), "load_view"):
+                return self._inner.load_view(name, view, index)
+            return self._inner.load(name, view.index(index))
+        coords = box_coordinates(view, self._layout, index)
+        return self.load(name, view.index(index)) if coords is None else self._evaluate(coords)
+
+    def _evaluate(self, coords: list[Expr]) -> Any:
         value = self._producer.body(self, coords, [])
+        if self._layout.dtype in ("bfloat16", "float16"):
+            return value  # never stored: its readers compute on the float32 value, as for a kernel's internal buffers
         return self._inner.to_dtype(value, self._layout.dtype)  # what storing and reloading would give
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+
+def box_coordinates(view: Layout, stored: Layout, index: tuple[Expr, ...]) -> list[Expr] | None:
+    """The stored layout's coordinates of `view`'s element `index`, when each dim of the view walks
+    one dim of the stored (dense) layout inside its bounds, from a start the offsets give; None
+    for any other view (a reshape, a bitcast, overlapping or strided steps)."""
+    if view.dtype != stored.dtype:
+        return None
+    starts = _offset_coordinates(view.offset - stored.offset, stored)
+    if starts is None:
+        return None
+    coords: list[Expr] = [sympy.Integer(s) for s in starts]
+    taken: set[int] = set()
+    for i, (size, stride) in enumerate(zip(view.size, view.stride)):
+        if size == 1 or stride == 0:
+            continue  # one element, or a broadcast: the coordinate does not move the offset
+        dims = [j for j, (s, st) in enumerate(zip(stored.size, stored.stride)) if st == stride and s != 1 and j not in taken]
+        if len(dims) != 1 or starts[dims[0]] + size > stored.size[dims[0]]:
+            return None
+        taken.add(dims[0])
+        coords[dims[0]] = coords[dims[0]] + index[i]
+    return coords
+
+
+def _offset_coordinates(offset: int, stored: Layout) -> list[int] | None:
+    """`offset` taken apart over a dense layout's dims, largest stride first; None when outside it."""
+    if offset < 0 or offset >= max(stored.numel, 1):
+        return None
+    coords = [0] * len(stored.size)
+    for j in sorted(range(len(stored.size)), key=lambda j: -stored.stride[j]):
+        if stored.size[j] != 1:
+            coords[j], offset = divmod(offset, stored.stride[j])
+    return coords if offset == 0 else None

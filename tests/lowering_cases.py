@@ -143,14 +143,16 @@ class Result:
 
 
 def check(fn: Callable, *inputs: torch.Tensor, atol: float | None = None, rtol: float | None = None,
-          expect_no_extern: bool = True, options: dict | None = None) -> Result:
+          expect_no_extern: bool = True, options: dict | None = None, reference64: bool = False) -> Result:
     """Compiles `fn` for "cpu", runs it under the interpreter and compares it with eager.
 
     Every output must match eager's shape, dtype and values (floats within tolerance, NaNs
     where eager has them; integers and bools exactly); every input must afterwards hold
     what eager left in it (in-place ops). With `expect_no_extern`, no op may have fallen
     back to an ATen call. `options` are CompileOptions fields: {"fusion": False} tells a
-    lowering bug from a fusion bug."""
+    lowering bug from a fusion bug. With `reference64`, float outputs follow Inductor's rule instead:
+    their error against `fn` run in float64 is at most twice eager's own (plus a tiny floor), for
+    long low-precision chains whose intermediates fusewire, as Inductor, keeps in float32."""
     graph = from_fx(make_fx(fn)(*[copy_strided(t) for t in inputs]), inputs)
     artifact = compiler.compile(graph, "cpu", options)
     externs = [step["target"] for step in artifact.plan["steps"] if step["op"] == "extern"]
@@ -163,11 +165,31 @@ def check(fn: Callable, *inputs: torch.Tensor, atol: float | None = None, rtol: 
     outputs = load(artifact)(*run_inputs)
 
     assert len(outputs) == len(expected), f"{len(outputs)} outputs, eager gives {len(expected)}"
+    references = _flatten(fn(*[_as_float64(copy_strided(t)) for t in inputs])) if reference64 else None
     for i, (got, want) in enumerate(zip(outputs, expected)):
-        assert_matches(got, want, atol, rtol, f"output {i}")
+        if references is not None and want.dtype.is_floating_point:
+            assert_within_eager_error(got, want, references[i], f"output {i}")
+        else:
+            assert_matches(got, want, atol, rtol, f"output {i}")
     for i, (got, want) in enumerate(zip(run_inputs, eager_inputs)):
         assert_matches(got, want, atol, rtol, f"input {i} after the run")
     return Result(artifact, outputs, expected, externs)
+
+
+def _as_float64(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.double() if tensor.dtype.is_floating_point else tensor
+
+
+def assert_within_eager_error(got: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor, what: str,
+                              multiplier: float = 2.0, floor: float = 1e-6) -> None:
+    """Inductor's accuracy rule: root-mean-square error against the float64 run at most
+    `multiplier` times eager's own, plus `floor`."""
+    assert got.shape == eager.shape and got.dtype == eager.dtype, f"{what}: {got.shape} {got.dtype}, eager {eager.shape} {eager.dtype}"
+
+    def rmse(value: torch.Tensor) -> float:
+        return (value.double() - reference.double()).pow(2).mean().sqrt().item() if value.numel() else 0.0
+
+    assert rmse(got) <= multiplier * rmse(eager) + floor, f"{what}: error {rmse(got):.3g}, eager's {rmse(eager):.3g}"
 
 
 def _flatten(value: Any) -> list[torch.Tensor]:

@@ -14,6 +14,9 @@ import compiler
 from client.runtime import load
 from compiler import split_reductions
 from compiler.explain import describe
+from compiler.indexing import index_symbol
+from compiler.inline_gathers import box_coordinates
+from compiler.ir import Layout
 from compiler.fx_import import from_fx, run_eager
 from tests.compare import assert_close_outputs
 from tests.corpus import corpus_inputs, load_graph
@@ -353,3 +356,22 @@ def test_rotary_backward_negated_half_is_recomputed_by_its_padding():
     artifact = compile_and_check(fn, grad, sin, cos)
     assert kernel_count(artifact) <= 2
     assert all(meta["numel"] == grad.numel() for meta in artifact.plan["buffers"].values())  # no negated half
+    # the recomputed half is read at its own coordinates shifted by the half (x - 11), not at a storage
+    # offset taken apart again into a div/mod chain that only the mask keeps in range
+    sources = "".join(artifact.kernel_source(k) for k in artifact.manifest["kernels"])
+    assert "// 11" not in sources and "% 11" not in sources, sources
+
+
+def test_box_coordinates_map_a_view_to_the_stored_layout():
+    stored = Layout.contiguous((4, 6, 10), "float32")
+    i, j, k = (index_symbol("x", n) for n in range(3))
+    half = Layout((4, 6, 5), stored.stride, 5, "float32")  # x[..., 5:]
+    assert box_coordinates(half, stored, (i, j, k)) == [i, j, k + 5]
+    transposed = Layout((10, 6, 4), (1, 10, 60), 0, "float32")
+    assert box_coordinates(transposed, stored, (i, j, k)) == [k, j, i]
+    broadcast = Layout((3, 4, 6, 10), (0, 60, 10, 1), 0, "float32")
+    assert box_coordinates(broadcast, stored, (index_symbol("y", 0), i, j, k)) == [i, j, k]
+    assert box_coordinates(Layout((4, 3, 10), (60, 20, 1), 0, "float32"), stored, (i, j, k)) is None  # x[:, ::2]
+    assert box_coordinates(Layout((4, 60), (60, 1), 0, "float32"), stored, (i, j)) is None  # a reshape
+    assert box_coordinates(Layout((4, 6, 6), stored.stride, 5, "float32"), stored, (i, j, k)) is None  # past the end
+    assert box_coordinates(Layout((4, 6, 10), stored.stride, 0, "int32"), stored, (i, j, k)) is None  # a bitcast

@@ -54,8 +54,12 @@ class Section:
 class KernelWriter(TritonMathOps):
     def __init__(self, name: str, numel: int, rnumel: int, is_reduction: bool, persistent: bool,
                  index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool,
-                 tiled: bool = False) -> None:
+                 tiled: bool = False, unrounded: frozenset[str] = frozenset()) -> None:
+        """`unrounded`: buffers no other kernel reads (the group's internal ones). Their readers here
+        get the float32 value itself, as Inductor's do: rounding it to a bf16/fp16 buffer's dtype would
+        cost two conversions per element and value and make the result no more accurate."""
         self.name = name
+        self.unrounded = unrounded
         self.is_reduction = is_reduction or tiled  # both are 2D: [XBLOCK, RBLOCK] blocks
         self.tiled = tiled
         self.persistent = persistent or tiled
@@ -149,7 +153,7 @@ class KernelWriter(TritonMathOps):
             return stored[0]
         recompute = self._recompute.get(key)
         if recompute is not None and not self._masks:
-            return self._as_stored(recompute(), self.buffer_dtypes[buffer])
+            return self._as_read(buffer, recompute())
         if buffer in self.group_writes:
             self.missed_loads.add(buffer)
         dtype = self.buffer_dtypes[buffer]
@@ -187,7 +191,7 @@ class KernelWriter(TritonMathOps):
         cast = self.cast(value, dtype)
         self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {offset}, {cast}, {self.section.mask})"))
         key = self._stored_key(buffer, offset)
-        self._stored[key] = (self._as_stored(value, dtype), len(self.sections) - 1)
+        self._stored[key] = (self._as_read(buffer, value), len(self.sections) - 1)
         if recompute is not None:
             self._recompute[key] = recompute
 
@@ -196,6 +200,13 @@ class KernelWriter(TritonMathOps):
         kernel point, the element written there, even where the two index texts differ (the
         scheduler's `_check_consistent`): such a buffer is one value, whatever the offset text."""
         return buffer if buffer in self.group_writes else (buffer, offset)
+
+    def _as_read(self, buffer: str, value: Var) -> Var:
+        """What a read of `buffer` in this kernel sees of `value`, stored there."""
+        dtype = self.buffer_dtypes[buffer]
+        if buffer in self.unrounded and dtype in ("bfloat16", "float16") and value.dtype == "float32":
+            return value
+        return self._as_stored(value, dtype)
 
     def _as_stored(self, value: Var, dtype: str) -> Var:
         """`value` as a load of it from a `dtype` buffer would see it (rounded to the buffer's dtype)."""

@@ -283,12 +283,21 @@ def clamp_max(ctx: LoweringContext, x: TensorValue, hi: Operand) -> Lazy:
 @register("aten._to_copy.default", "aten.clone.default", "aten.lift_fresh_copy.default",
           "prims.convert_element_type.default", "aten.to.dtype", "aten.contiguous.default")
 def copy_cast(ctx: LoweringContext, x: TensorValue, *args: Any, **kwargs: Any) -> Lazy:
-    return elementwise(ctx, [x], lambda ops, a: a, dtype=ctx.out_dtype)
+    return elementwise(ctx, [x], _cast_body(x, ctx.out_dtype), dtype=ctx.out_dtype)
 
 
 @register("aten.copy.default")
 def copy(ctx: LoweringContext, destination: TensorValue, source: TensorValue, non_blocking: bool = False) -> Lazy:
-    return elementwise(ctx, [source], lambda ops, a: a)
+    return elementwise(ctx, [source], _cast_body(source, ctx.out_dtype), dtype=ctx.out_dtype)
+
+
+def _cast_body(source: TensorValue, target: str) -> Callable:
+    """A cast to bf16/fp16 rounds here, in the body: kernels keep low-precision values in float32
+    and round only what they store, so a value that never reaches memory (`x.to(bf16) - x`, fused)
+    would otherwise keep its float32 bits."""
+    if target in ("bfloat16", "float16") and source.dtype != target:
+        return lambda ops, a: ops.to_dtype(a, target)
+    return lambda ops, a: a
 
 
 @register("aten.alias.default", "aten.detach.default")

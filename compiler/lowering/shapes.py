@@ -100,24 +100,36 @@ def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> L
     tensors = [t for t in tensors if not (t.rank == 1 and t.size[0] == 0)]  # torch ignores legacy empty inputs
     dim = views.normalize_dim(dim, tensors[0].rank)
     dtype = ctx.out_dtype
+    pieces = [t for t in tensors if t.size[dim] > 0]  # an empty piece adds nothing (a KV cache's empty past)
+    if len(pieces) == 1:  # one piece is a copy: no masks, so readers of the piece in the same kernel reuse its value
+        (only,) = pieces
+        return Lazy(ctx.out_size, dtype, lambda ops, index: ops.to_dtype(only.load(ops, index), compute_dtype(dtype)))
     offsets, running = [], 0
-    for t in tensors:
+    for t in pieces:
         offsets.append(running)
         running += t.size[dim]
 
     def load(ops, index):
         result = None
-        for t, offset in zip(tensors, offsets):
+        for t, offset in zip(pieces, offsets):
             shifted = list(index)
             shifted[dim] = index[dim] - offset
-            position = ops.index_expr(index[dim], "int64")
-            inside = ops.logical_and(ops.ge(position, ops.constant(offset, "int64")),
-                                     ops.lt(position, ops.constant(offset + t.size[dim], "int64")))
+            inside = _within(ops, index[dim], offset, offset + t.size[dim], running)
             piece = ops.masked(inside, lambda t=t, shifted=shifted: ops.to_dtype(t.load(ops, shifted), compute_dtype(dtype)), 0)
             result = piece if result is None else ops.where(inside, piece, result)
         return result
 
     return Lazy(ctx.out_size, dtype, load)
+
+
+def _within(ops: Any, index: Any, start: int, end: int, size: int) -> Any:
+    """`start <= index < end` for an index in [0, size), leaving out the bound that always holds."""
+    position = ops.index_expr(index, "int64")
+    if start == 0:
+        return ops.lt(position, ops.constant(end, "int64"))
+    if end == size:
+        return ops.ge(position, ops.constant(start, "int64"))
+    return ops.logical_and(ops.ge(position, ops.constant(start, "int64")), ops.lt(position, ops.constant(end, "int64")))
 
 
 @register("aten.stack.default")

@@ -52,6 +52,11 @@ class StorageView(TensorValue):
         return self.layout.dtype
 
     def load(self, ops: Any, index: Sequence[Expr]) -> Any:
+        # A handler that inlines producers wants the coordinates, not just the storage offset:
+        # decomposing an offset again loses what a mask guarantees (inline_gathers.py). Looked up
+        # on the class, so that a handler forwarding unknown ops (__getattr__) is never bypassed.
+        if hasattr(type(ops), "load_view"):
+            return ops.load_view(self.buffer.name, self.layout, tuple(index))
         return ops.load(self.buffer.name, self.layout.index(index))
 
 
