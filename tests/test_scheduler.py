@@ -236,6 +236,7 @@ def test_wide_rows_use_an_online_softmax(fn, loops):
     (256, 6272, False, False),     # ResNet's BatchNorm at 14x14: enough channels, a split only adds a kernel
     (64, 32 * 112 * 112, False, True),  # 64 channels of 401K elements: far too few programs
     (768, 4096, True, True),       # a bias gradient: a column sum of a tall matrix
+    (3072, 8192, True, True),      # GPT-2's MLP bias gradient: 48 programs of columns, eight per SM wanted
     (4096, 32000, False, False),   # cross-entropy rows: plenty of programs
     (1, 1 << 20, False, True),     # a whole tensor to one value
     (1, 4096, False, False),       # too short to be worth a second kernel
@@ -246,7 +247,9 @@ def test_split_factor_weighs_unused_bandwidth_against_a_second_kernel(numel, rnu
     if split:
         chunk = split_reductions.MIN_OUTER_CHUNK if outer else split_reductions.MIN_CHUNK
         assert rnumel // factor >= chunk
-        assert -(-numel // (split_reductions.OUTER_XBLOCK if outer else 1)) * factor >= split_reductions.FULL_PROGRAMS
+        programs = -(-numel // (split_reductions.OUTER_XBLOCK if outer else 1)) * factor
+        full = split_reductions.FULL_OUTER_PROGRAMS if outer else split_reductions.FULL_PROGRAMS
+        assert programs >= full or rnumel // (2 * factor) < chunk  # enough programs, or chunks as short as allowed
 
 
 def test_looped_welford_with_a_partial_last_step_matches_float64():
