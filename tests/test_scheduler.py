@@ -378,3 +378,24 @@ def test_box_coordinates_map_a_view_to_the_stored_layout():
     assert box_coordinates(Layout((4, 60), (60, 1), 0, "float32"), stored, (i, j)) is None  # a reshape
     assert box_coordinates(Layout((4, 6, 6), stored.stride, 5, "float32"), stored, (i, j, k)) is None  # past the end
     assert box_coordinates(Layout((4, 6, 10), stored.stride, 0, "int32"), stored, (i, j, k)) is None  # a bitcast
+
+
+def test_fused_bf16_intermediates_stay_float32_and_only_stores_round():
+    """A bf16 chain fused into one kernel rounds what it stores, not each op's result (two
+    conversions per op and element, and no more accurate): one bf16 cast, at the store. An
+    explicit cast in the chain still rounds, and the result stays within Inductor's rule."""
+    def fn(x, y):
+        return (torch.tanh(x * 0.5 + y) * y + x * x,)
+
+    x, y = torch.randn(37, 41).to(torch.bfloat16), torch.randn(37, 41).to(torch.bfloat16)
+    artifact = compile_and_check(fn, x, y)
+    (kernel,) = artifact.manifest["kernels"]
+    before_store = artifact.kernel_source(kernel).split("tl.store")[0]
+    assert before_store.count(".to(tl.bfloat16)") == 0, before_store
+
+    def with_cast(x, y):
+        return ((x.float() * 3.0).to(torch.bfloat16) * y,)
+
+    artifact = compile_and_check(with_cast, x, y)
+    (kernel,) = artifact.manifest["kernels"]
+    assert artifact.kernel_source(kernel).split("tl.store")[0].count(".to(tl.bfloat16)") == 1  # the cast's

@@ -100,7 +100,8 @@ def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> L
     tensors = [t for t in tensors if not (t.rank == 1 and t.size[0] == 0)]  # torch ignores legacy empty inputs
     dim = views.normalize_dim(dim, tensors[0].rank)
     dtype = ctx.out_dtype
-    pieces = [t for t in tensors if t.size[dim] > 0]  # an empty piece adds nothing (a KV cache's empty past)
+    # an empty piece adds nothing (a KV cache's empty past); all empty: an empty result, any piece will do
+    pieces = [t for t in tensors if t.size[dim] > 0] or tensors[:1]
     if len(pieces) == 1:  # one piece is a copy: no masks, so readers of the piece in the same kernel reuse its value
         (only,) = pieces
         return Lazy(ctx.out_size, dtype, lambda ops, index: ops.to_dtype(only.load(ops, index), compute_dtype(dtype)))
