@@ -27,6 +27,7 @@ from compiler.dependencies import MemoryDep, ReadWrites, StarDep, extract_read_w
 from compiler.graph import ITEMSIZES
 from compiler.indexing import Expr, ModularIndexing, index_symbol
 from compiler.ir import ComputeNode, Layout, Program
+from compiler.ops import load_view
 
 MAX_INLINE_PASSES = 4
 
@@ -194,9 +195,7 @@ class _InliningOps:
         (padding, `slice_backward`, `cat`) keeps its plain index, `x - 32`, where the storage offset
         taken apart again would be a div/mod chain that only the mask keeps in range."""
         if name != self._buffer:
-            if hasattr(type(self._inner), "load_view"):
-                return self._inner.load_view(name, view, index)
-            return self._inner.load(name, view.index(index))
+            return load_view(self._inner, name, view, index)
         coords = box_coordinates(view, self._layout, index)
         return self.load(name, view.index(index)) if coords is None else self._evaluate(coords)
 

@@ -15,7 +15,22 @@ reads). Every handler implements:
     <binary>(a, b) for op in BINARY_OPS
     rand(seed, offset) / randn(seed, offset)   Philox numbers (float32, uniform in [0, 1) / standard
                                            normal) for an int64 seed and an int32 element offset
+
+A handler may also implement `load_view(buffer_name, layout, index)`: a load through a view with
+the reader's coordinates, not only the storage offset (`inline_gathers._InliningOps` maps them to
+an inlined producer's own coordinates). Loads through views go through `load_view` below.
 """
+
+from typing import Any, Sequence
+
+
+def load_view(ops: Any, buffer: str, layout: Any, index: Sequence[Any]) -> Any:
+    """Element `index` of `buffer` seen through `layout` (a compiler.ir.Layout). The optional op is
+    looked up on the handler's class, so that a handler forwarding unknown ops (__getattr__) to
+    another is never bypassed."""
+    if hasattr(type(ops), "load_view"):
+        return ops.load_view(buffer, layout, tuple(index))
+    return ops.load(buffer, layout.index(index))
 
 UNARY_OPS = frozenset({
     "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "abs", "neg", "sin", "cos", "tan",

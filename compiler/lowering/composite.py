@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.reductions import reduce_dims, variance
 from compiler.lowering.registry import register
-from compiler.lowering.values import Lazy, TensorValue, compute_dtype
+from compiler.lowering.values import FLOATS, Lazy, TensorValue, compute_dtype
 from compiler.lowering.views import broadcast_to, normalize_dim
 
 
@@ -76,12 +76,13 @@ OUTER_PRODUCTS = frozenset({"aten.mm.default", "aten.bmm.default"})
 def outer_product(ctx: LoweringContext, target: str, args: Sequence[Any]) -> Lazy | None:
     """`mm`/`bmm` whose contraction has length 1 (rotary embeddings' `inv_freq @ positions` in
     LLaMA-style models): one multiply per element, fused into its readers instead of a cuBLAS
-    call and its launch. Each element is a single product rounded once, as the GEMM computes it.
+    call and its launch. Stored, each element is the single product rounded once, as the GEMM
+    computes it; read in the same kernel, it stays float32 like any fused intermediate.
     None for any other product (it stays an ATen call)."""
     if target not in OUTER_PRODUCTS or len(args) != 2 or not all(isinstance(a, TensorValue) for a in args):
         return None
     a, b = args
-    if a.size[-1] != 1 or ctx.out_dtype not in ("float32", "float16", "bfloat16", "float64"):
+    if a.size[-1] != 1 or ctx.out_dtype not in FLOATS:
         return None
     acc = compute_dtype(ctx.out_dtype)
     left, right = broadcast_to(a, ctx.out_size), broadcast_to(b, ctx.out_size)

@@ -15,7 +15,7 @@ import torch
 from compiler.fx_import import dtype_name
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
-from compiler.lowering.values import FLOATS, Lazy, TensorValue, compute_dtype
+from compiler.lowering.values import FLOATS, LOW_PRECISION, Lazy, TensorValue, compute_dtype
 from compiler.lowering.views import broadcast_to
 
 Operand = TensorValue | int | float | bool
@@ -144,7 +144,7 @@ def div(ctx: LoweringContext, a: Operand, b: Operand) -> Lazy:
 @register("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def div_mode(ctx: LoweringContext, a: Operand, b: Operand, rounding_mode: str | None = None) -> Lazy:
     out = ctx.out_dtype  # read now: the bodies below run later, when ctx describes another node
-    is_float = out in ("float32", "float64", "bfloat16", "float16")
+    is_float = out in FLOATS
     if rounding_mode is None:
         return elementwise(ctx, [a, b], lambda ops, x, y: ops.truediv(x, y))
     if rounding_mode == "floor":
@@ -295,7 +295,7 @@ def _cast_body(source: TensorValue, target: str) -> Callable:
     """A cast to bf16/fp16 rounds here, in the body: kernels keep low-precision values in float32
     and round only what they store, so a value that never reaches memory (`x.to(bf16) - x`, fused)
     would otherwise keep its float32 bits."""
-    if target in ("bfloat16", "float16") and source.dtype != target:
+    if target in LOW_PRECISION and source.dtype != target:
         return lambda ops, a: ops.to_dtype(a, target)
     return lambda ops, a: a
 

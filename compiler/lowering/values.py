@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from compiler.indexing import Expr
 from compiler.ir import Buffer, Layout
+from compiler.ops import load_view
 
 LoadFn = Callable[[Any, Sequence[Expr]], Any]  # (ops, index) -> value in the compute dtype
 
@@ -52,12 +53,7 @@ class StorageView(TensorValue):
         return self.layout.dtype
 
     def load(self, ops: Any, index: Sequence[Expr]) -> Any:
-        # A handler that inlines producers wants the coordinates, not just the storage offset:
-        # decomposing an offset again loses what a mask guarantees (inline_gathers.py). Looked up
-        # on the class, so that a handler forwarding unknown ops (__getattr__) is never bypassed.
-        if hasattr(type(ops), "load_view"):
-            return ops.load_view(self.buffer.name, self.layout, tuple(index))
-        return ops.load(self.buffer.name, self.layout.index(index))
+        return load_view(ops, self.buffer.name, self.layout, index)
 
 
 @dataclass
