@@ -72,6 +72,17 @@ class ModularIndexing(sympy.Function):
             return sympy.Integer(0)
         if all(isinstance(v, sympy.Integer) for v in (base, divisor, modulus)):
             return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        if isinstance(base, FloorDiv):  # ((a // b) // d) % m: one canonical form, so that pieces can join
+            return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
+        if isinstance(base, ModularIndexing) and isinstance(divisor, sympy.Integer) and \
+                isinstance(modulus, sympy.Integer) and int(base.args[2]) % int(divisor) == 0:
+            # ((a // b) % m) // d % n == (a // (b * d)) % n when d divides m and n divides m / d
+            # (and % (m / d) when that is at most n: the outer modulo then changes nothing)
+            inner, step, period = base.args[0], base.args[1], int(base.args[2]) // int(divisor)
+            if period % int(modulus) == 0:
+                return ModularIndexing(inner, step * divisor, modulus)
+            if period <= int(modulus):
+                return ModularIndexing(inner, step * divisor, period)
         if isinstance(divisor, sympy.Integer) and isinstance(modulus, sympy.Integer) and isinstance(base, sympy.Add):
             # drop terms that are multiples of divisor * modulus: they cannot change the result
             period = int(divisor) * int(modulus)
@@ -80,6 +91,12 @@ class ModularIndexing(sympy.Function):
             # only while what is kept stays non-negative: Triton's % and // truncate toward zero
             if len(kept) < len(base.args) and rest.is_nonnegative is True:
                 return ModularIndexing(rest, divisor, modulus)
+            # ((d*k + rest) // d) % m == (k + rest // d) % m: the multiples of d leave the division
+            exact = [t for t in base.args if _is_multiple(t, int(divisor))]
+            rest = sympy.Add(*[t for t in base.args if t not in exact])
+            if int(divisor) > 1 and exact and _non_negative(rest):
+                whole = sympy.Add(*[sympy.expand(t / divisor) for t in exact])
+                return ModularIndexing(whole + FloorDiv(rest, divisor), 1, modulus)
         return None
 
 
@@ -199,6 +216,11 @@ def _rewrite(e: Expr, bounds: dict[sympy.Symbol, int]) -> Expr:
         if bound is not None and _non_negative(base) and bound // int(divisor) < int(modulus):
             simpler = FloorDiv(base, divisor)
             return _rewrite(simpler, bounds) if simpler != e else simpler  # its evaluation may expose more
+        steps = _whole_steps(base, int(modulus), bounds) if divisor == 1 else None
+        if steps is not None:  # (r + c*q) % (c*m) with 0 <= r < c is c*(q % m) + r: the pieces may join
+            step, whole = steps
+            return _rewrite(sympy.expand(base - step * whole) + step * ModularIndexing(whole, 1, int(modulus) // step),
+                            bounds)
     if isinstance(e, sympy.Add):
         joined = _recombine(e)
         return _rewrite(joined, bounds) if joined != e else e  # a joined division may now be trivial

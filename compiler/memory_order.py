@@ -19,6 +19,7 @@ the draws would change places.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from compiler.dependencies import ReadWrites
@@ -82,12 +83,13 @@ def _step_buffers(step, read_writes: dict[str, ReadWrites], sizes: dict[str, int
         written |= read_writes[name].write_buffers()
     internal = getattr(step, "internal", set())
     node = getattr(step, "node", None)
-    random = isinstance(node, ExternNode) and _draws_random_numbers(node.target)
+    random = isinstance(node, ExternNode) and draws_random_numbers(node.target)
     return _StepBuffers({b for b in touched - internal if b in sizes}, {b for b in written - internal if b in sizes},
                         not random, touched & inputs)
 
 
-def _draws_random_numbers(target: str) -> bool:
+@functools.lru_cache(maxsize=None)
+def draws_random_numbers(target: str) -> bool:
     """Whether the ATen op draws from torch's generator (tagged nondeterministic_seeded). torch is
     imported here, not with the module: the scheduler stays importable without it."""
     import torch

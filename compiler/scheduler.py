@@ -35,13 +35,19 @@ from compiler.gc_pause import paused_gc
 from compiler.graph import ITEMSIZES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
-from compiler.memory_order import reorder_for_peak_memory
+from compiler.memory_order import draws_random_numbers, reorder_for_peak_memory
 from compiler.options import CompileOptions
 from compiler.inline_gathers import gathered_producers, inline_gathered_producers
 from compiler.split_reductions import split_reductions
 from compiler.tiling import choose_tiling
 
 MAX_FUSION_ROUNDS = 10
+# A kernel moving less than this costs more in its launch (a few microseconds) than in its bytes:
+# small kernels of the same shape fuse even when they share no buffer (`fuse_small_siblings`),
+# when no more than SIBLING_DISTANCE nodes apart in program order (a far one would hold back the
+# earlier one's readers, and what they would have freed).
+SMALL_KERNEL_BYTES = 1 << 20
+SIBLING_DISTANCE = 64
 # Below this many pairs among one buffer's users (or twice the steps between the first and the
 # last user), listing them all costs less than finding the ones a third user lies between.
 PAIRS_WITHOUT_PRUNING = 64
@@ -205,13 +211,19 @@ def eliminate_dead_nodes(program: Program, read_writes: dict[str, ReadWrites]) -
 
 
 def node_dependencies(nodes: list[Node], read_writes: dict[str, ReadWrites]) -> dict[str, set[str]]:
-    """For each node, the nodes that must run before it (data and mutation order)."""
+    """For each node, the nodes that must run before it (data and mutation order, and the order
+    of ATen calls that draw from torch's generator: swapped, they would draw each other's numbers)."""
     last_writer: dict[str, str] = {}
     readers_since_write: dict[str, set[str]] = {}
     predecessors: dict[str, set[str]] = {}
+    last_draw: str | None = None
     for node in nodes:
         rw = read_writes[node.name]
         before: set[str] = set()
+        if isinstance(node, ExternNode) and draws_random_numbers(node.target):
+            if last_draw is not None:
+                before.add(last_draw)
+            last_draw = node.name
         for buffer in rw.read_buffers():
             if buffer in last_writer:
                 before.add(last_writer[buffer])
@@ -313,7 +325,30 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
             changed = True
         if not changed:
             break
+    fuse_small_siblings(state, read_writes, options, log)
     return state.steps()
+
+
+def fuse_small_siblings(state: "FusionState", read_writes: dict[str, ReadWrites], options: CompileOptions,
+                        log: "FusionLog") -> None:
+    """One launch for small kernels of the same shape that share no buffer, which the rounds
+    never pair: the final passes of reductions that were split together (a BatchNorm backward's
+    sums of per-chunk partial results, four kernels of 128 channels x 4)."""
+    by_shape: dict[tuple[int, int], list[KernelGroup]] = {}
+    for step in sorted(state.steps(), key=lambda s: s.order):
+        if isinstance(step, KernelGroup) and state.moved_bytes(step) <= SMALL_KERNEL_BYTES:
+            by_shape.setdefault((step.numel, step.rnumel), []).append(step)
+    for siblings in by_shape.values():
+        current = siblings[0]
+        for step in siblings[1:]:
+            reason, group = (can_fuse(current, step, state.graph, read_writes, options)
+                             if step.order - current.last <= SIBLING_DISTANCE else ("too far apart", None))
+            if group is None:
+                current = step
+                continue
+            log.fused.append({"node1": current.name, "node2": step.name, "bytes_saved": 0})
+            state.replace(current, step, group)
+            current = group
 
 
 class FusionState:
@@ -354,6 +389,9 @@ class FusionState:
         self.accessed[id(group)] = self.accessed[id(first)] | self.accessed[id(second)]
         self.kept[id(group)] = group
         self.graph.merge(id(first), id(second), id(group))
+
+    def moved_bytes(self, step: Step) -> int:
+        return sum(self.bytes[b] for b in self.touched[id(step)])
 
     def score(self, first: Step, second: Step) -> tuple[int, int]:
         """(bytes of shared buffers that one kernel reads or writes once instead of twice, -distance)."""

@@ -26,12 +26,18 @@ MIN_OUTER_CHUNK = 128  # rows per partial of a column reduction (a program alrea
 OUTER_XBLOCK = 64  # columns per program of an outer reduction (codegen/heuristics.py)
 # The cost model that picks the factor, for the GPUs fusewire targets (an H100 or H200: 132 SMs):
 FULL_PROGRAMS = 264  # programs in flight that keep the memory system busy (two per SM)
+# ...when each holds its whole chunk in registers (one wide load). A program that loops over a
+# longer chunk has one block in flight at a time and wants four per SM. This only picks the factor
+# of a split: whether to split at all is judged at FULL_PROGRAMS, since a row reduction left whole
+# keeps its consumers in its kernel, which re-read the row from L2 (H100, 2026-11-24, ResNet's
+# BatchNorm forward: 128 channels x 25088 whole 16.0 us, in 4 or 8 chunks 19.1 or 17.0 us;
+# 64 channels x 100352 in 8 chunks 25.8 us, in 16 22.0 us).
+FULL_LOOPED_PROGRAMS = 528
 # A column sum's program holds a tile of rows x columns per step and often the arithmetic of the
 # pointwise work fused into it (a GELU backward with its bias gradient): it wants eight per SM.
 # H100, 2026-11-24, bench/kernels.py with 264 -> 1056 for every reduction: GPT-2's GELU-tanh backward
 # + bias sum 0.088 -> 0.068 ms, ViT's GELU backward + sum 0.076 -> 0.063, plain column sums of
-# 8192 rows -0.4..+4 %; row reductions (BatchNorm statistics) mixed: 28x28-56x56 +14..36 %, 7x7,
-# 14x14 and 112x112 -10..34 %, so they keep 264.
+# 8192 rows -0.4..+4 %.
 FULL_OUTER_PROGRAMS = 1056
 ELEMENTS_PER_US = 1_500_000  # bf16 elements streamed per microsecond at ~3 TB/s
 LAUNCH_US = 3.0  # what the second kernel of a split costs beyond its bytes (launch, tail, partials)
@@ -40,24 +46,28 @@ IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
 
 def split_factor(numel: int, rnumel: int, outer: bool = False) -> int:
-    """How many chunks to cut each row into (1 = do not split): the factor with the least
-    estimated time, where too few programs leave bandwidth unused and a split adds a kernel.
+    """How many chunks to cut each row into (1 = do not split). Split when some factor's estimated
+    time beats the whole row's, where too few programs leave bandwidth unused and a split adds a
+    kernel; then take the factor that keeps enough programs in flight for their chunk length
+    (looped chunks want more of them than chunks held in registers).
 
     An outer reduction already spreads its outputs over programs of OUTER_XBLOCK columns."""
+    from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2  # codegen imports this module
+
     programs = -(-numel // OUTER_XBLOCK) if outer else numel
     min_chunk = MIN_OUTER_CHUNK if outer else MIN_CHUNK
-    full = FULL_OUTER_PROGRAMS if outer else FULL_PROGRAMS
+    factors = [1 << k for k in range(1, MAX_FACTOR.bit_length()) if rnumel >> k >= min_chunk]
 
-    def estimated_us(factor: int) -> float:
+    def estimated_us(factor: int, looped_full: int) -> float:
+        looped = next_power_of_2(-(-rnumel // factor)) > GPU_PERSISTENT_LIMIT
+        full = FULL_OUTER_PROGRAMS if outer else looped_full if looped else FULL_PROGRAMS
         busy = min(1.0, programs * factor / full)
         return numel * rnumel / ELEMENTS_PER_US / busy + (LAUNCH_US if factor > 1 else 0.0)
 
-    best, factor = 1, 2
-    while factor <= MAX_FACTOR and rnumel // factor >= min_chunk:
-        if estimated_us(factor) < estimated_us(best):
-            best = factor
-        factor *= 2
-    return best
+    whole = estimated_us(1, FULL_PROGRAMS)
+    if not any(estimated_us(f, FULL_PROGRAMS) < whole for f in factors):
+        return 1
+    return min(factors, key=lambda f: (estimated_us(f, FULL_LOOPED_PROGRAMS), f))
 
 
 def is_outer(node: ComputeNode) -> bool:

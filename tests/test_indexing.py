@@ -91,3 +91,47 @@ def test_a_division_of_a_modulo_by_a_factor_of_its_modulus_is_one_modulo():
     for step, modulus, factor in ((3, 12, 4), (1, 36, 6), (5, 8, 8)):
         expr = FloorDiv(ModularIndexing(RINDEX, step, modulus), factor)
         assert _values(expr, small) == [((r // step) % modulus) // factor for r in range(360)]
+
+
+def test_a_group_norm_row_over_channels_and_pixels_is_a_plain_offset():
+    """GroupNorm's statistics read each group's 8 channels x 56 x 56 pixels, contiguous in NCHW; the
+    view chain gave a channel index (((448x + r//56) // 56) % 256) and a pixel index of nested
+    modulos: 11 div/mods per element. They join into one offset, and the per-channel weight's index
+    into r // 3136 plus a per-row term."""
+    x, r = XINDEX, RINDEX
+    bounds = {x: 1024, r: 25088}
+    channel = ModularIndexing(448 * x + FloorDiv(r, 56), 56, 256)
+    address = 802816 * FloorDiv(x, 32) + 3136 * channel + 56 * ModularIndexing(r, 56, 56) \
+        + ModularIndexing(ModularIndexing(r, 1, 3136), 1, 56)
+    assert simplify_index(address, bounds) == 25088 * x + r
+    assert simplify_index(channel, bounds) == FloorDiv(r, 3136) + 8 * ModularIndexing(x, 1, 32)
+
+
+def test_nested_divisions_and_modulos_take_one_canonical_form():
+    x = XINDEX
+    assert ModularIndexing(ModularIndexing(x, 1, 3136), 1, 56) == ModularIndexing(x, 1, 56)
+    assert ModularIndexing(ModularIndexing(x, 2, 48), 3, 4) == ModularIndexing(x, 6, 4)
+    assert ModularIndexing(ModularIndexing(x, 1, 12), 3, 8) == ModularIndexing(x, 3, 4)  # 4 <= 8: no-op
+    assert ModularIndexing(FloorDiv(x, 50257), 1, 1024) == ModularIndexing(x, 50257, 1024)
+    assert ModularIndexing(448 * x + FloorDiv(RINDEX, 56), 56, 256) == \
+        ModularIndexing(8 * x + FloorDiv(RINDEX, 3136), 1, 256)
+
+
+@settings(max_examples=80, deadline=None)
+@given(c=st.integers(1, 6), d=st.integers(1, 6), m=st.integers(1, 8), n=st.integers(1, 8),
+       e=st.integers(1, 4), f=st.integers(1, 5), data=st.data())
+def test_compositions_of_divisions_and_modulos_keep_their_values(c, d, m, n, e, f, data):
+    """Every rule at once, on small ranges: nested modulos, multiples pulled out of a modulo, a
+    modulo split at a factor of its modulus, and the joins after them."""
+    x, r = XINDEX, RINDEX
+    bounds = {x: data.draw(st.integers(1, 12)), r: data.draw(st.integers(1, 12))}
+    pieces = [ModularIndexing(c * e * x + FloorDiv(r, f), e, m * n), ModularIndexing(ModularIndexing(x, d, m * n), e, n),
+              ModularIndexing(c * x + r, 1, c * m), FloorDiv(ModularIndexing(x + d * r, 1, m * n), n)]
+    by_hand = [lambda i, j: ((c * e * i + j // f) // e) % (m * n), lambda i, j: ((i // d) % (m * n) // e) % n,
+               lambda i, j: (c * i + j) % (c * m), lambda i, j: ((i + d * j) % (m * n)) // n]
+    weights = [data.draw(st.integers(0, 7)) for _ in pieces]
+    expr = sum((w * p for w, p in zip(weights, pieces)), sympy.Integer(0))
+    direct = [sum(w * piece(i, j) for w, piece in zip(weights, by_hand))
+              for j in range(bounds[r]) for i in range(bounds[x])]  # _values' order: by name, rindex first
+    assert _values(expr, bounds) == direct  # the constructors' own rewrites keep the values
+    assert _values(simplify_index(expr, bounds), bounds) == direct

@@ -234,6 +234,7 @@ def test_wide_rows_use_an_online_softmax(fn, loops):
 
 @pytest.mark.parametrize("numel, rnumel, outer, split", [
     (256, 6272, False, False),     # ResNet's BatchNorm at 14x14: enough channels, a split only adds a kernel
+    (128, 25088, False, False),    # at 28x28: whole rows keep the normalization in the kernel (re-read from L2)
     (64, 32 * 112 * 112, False, True),  # 64 channels of 401K elements: far too few programs
     (768, 4096, True, True),       # a bias gradient: a column sum of a tall matrix
     (3072, 8192, True, True),      # GPT-2's MLP bias gradient: 48 programs of columns, eight per SM wanted
@@ -250,6 +251,14 @@ def test_split_factor_weighs_unused_bandwidth_against_a_second_kernel(numel, rnu
         programs = -(-numel // (split_reductions.OUTER_XBLOCK if outer else 1)) * factor
         full = split_reductions.FULL_OUTER_PROGRAMS if outer else split_reductions.FULL_PROGRAMS
         assert programs >= full or rnumel // (2 * factor) < chunk  # enough programs, or chunks as short as allowed
+
+
+def test_a_split_row_gets_chunks_short_enough_for_registers_or_programs_enough_for_loops():
+    # 64 channels x 100352 (ResNet's BatchNorm at 56x56): 8 looped chunks of 12544 leave the SMs
+    # half idle; 16 chunks of 6272 are each one load
+    assert split_reductions.split_factor(64, 100352) == 16
+    # a whole tensor to one value: 1024 looped chunks rather than 512
+    assert split_reductions.split_factor(1, 1 << 24) == 1024
 
 
 def test_looped_welford_with_a_partial_last_step_matches_float64():
@@ -399,3 +408,41 @@ def test_fused_bf16_intermediates_stay_float32_and_only_stores_round():
     artifact = compile_and_check(with_cast, x, y)
     (kernel,) = artifact.manifest["kernels"]
     assert artifact.kernel_source(kernel).split("tl.store")[0].count(".to(tl.bfloat16)") == 1  # the cast's
+
+
+def test_small_kernels_of_one_shape_share_a_launch_without_sharing_a_buffer():
+    """Two RMS norms of different tensors: no buffer in common, so the fusion rounds never pair
+    them; both are small, so they become one kernel (one launch instead of two)."""
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def fn(x, y, w, v):
+        return rms(x, w), rms(y, v)
+
+    artifact = compile_and_check(fn, torch.randn(16, 32), torch.randn(16, 32), torch.randn(32), torch.randn(32))
+    assert kernel_count(artifact) == 1
+    apart = compile_and_check(fn, torch.randn(16, 32), torch.randn(16, 32), torch.randn(32), torch.randn(32),
+                              options={"max_fusion_size": 8})
+    assert kernel_count(apart) == 2  # the size limit holds for them too
+
+
+def test_fusion_never_swaps_two_draws_from_torch_generator():
+    """With eager_random the dropouts are ATen calls drawing from torch's generator in program
+    order. Fusing the two norms (small, same shape) would need y's dropout before the first norm's
+    readers, among them the dropout of its result: the draws would swap and each mask would
+    land on the other tensor. Draws depend on the previous draw, so that fusion is refused."""
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def fn(x, y, w):
+        first = torch.ops.aten.native_dropout(rms(x, w), 0.5, True)[0]  # as aot_autograd's graphs have it
+        second = rms(torch.ops.aten.native_dropout(y, 0.5, True)[0], w)
+        return first, second
+
+    x, y, w = torch.randn(16, 32), torch.randn(16, 32), torch.randn(32)
+    graph = from_fx(make_fx(fn)(x, y, w), [x, y, w])
+    artifact = compiler.compile(graph, "cpu", {"eager_random": True})
+    torch.manual_seed(3)
+    ours = load(artifact)(x, y, w)
+    torch.manual_seed(3)
+    assert_close_outputs(ours, run_eager(graph, [x, y, w]))

@@ -155,7 +155,7 @@ def eviction_policy(writer: KernelWriter, section_kind: str, line: object, reloa
     again (evict_last), stream what a loop reads once (evict_first)."""
     if not isinstance(line, LoadLine) or not writer.is_reduction or writer.tiled:
         return None
-    if line.row_invariant:
+    if line.reread:
         return "evict_last"
     if line.buffer in reloaded:
         return None  # measured on an H200: evict_last here slowed a two-pass cross-entropy

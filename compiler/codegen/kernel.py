@@ -39,7 +39,9 @@ class LoadLine:
 
     buffer: str
     text: str  # "var = tl.load(...": the closing parenthesis comes with the policy
-    row_invariant: bool  # the same elements for every row (a weight, a bias): worth keeping in L2
+    # the same elements for every row (a weight, a bias) or for runs of a row (GroupNorm's per-channel
+    # weight over its group's rows): read again and again, worth keeping in L2
+    reread: bool
 
 
 @dataclass
@@ -159,7 +161,8 @@ class KernelWriter(TritonMathOps):
         dtype = self.buffer_dtypes[buffer]
         call = f"tl.load({self.pointer(buffer)} + {offset}, {self._load_mask(index)}, other=0"
         row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols
-        raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", row_invariant))
+        reread = row_invariant or repeats_along_row(index)
+        raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", reread))
         if dtype in ("bfloat16", "float16"):
             return self.emit(f"{raw}.to(tl.float32)", "float32")
         return raw
@@ -372,3 +375,13 @@ class KernelWriter(TritonMathOps):
         self.pending_after.append(f"{acc}_mean_out, {acc}_m2_out, {acc}_weight_out = "
                                   f"tl.reduce(({acc}_mean, {acc}_m2, {acc}_weight), 1, _fw_welford_combine)")
         return [self._after_loop(f"{acc}_mean_out[:, None]", dtype), self._after_loop(f"{acc}_m2_out[:, None]", dtype)]
+
+
+def repeats_along_row(index: Expr) -> bool:
+    """Whether a load at `index` reads one element for each run of consecutive reduction indices:
+    rindex appears only divided (rindex // 3136, a channel of a GroupNorm group's 8 x 56 x 56 row)."""
+    if RINDEX not in index.free_symbols:
+        return False
+    coarse = [a for a in index.atoms(FloorDiv, ModularIndexing) if a.args[0] == RINDEX and a.args[1] != 1]
+    placeholder = sympy.Dummy("run", integer=True, nonnegative=True)
+    return bool(coarse) and RINDEX not in index.xreplace({a: placeholder for a in coarse}).free_symbols
