@@ -114,12 +114,23 @@ class KernelWriter(TritonMathOps):
         """A variable holding `expression` (reused if this section already has one); `line`
         writes its line from the variable's name when it is not `name = expression`."""
         cached = self.section.cache.get(expression)
+        if cached is None and self.section.kind == "r":
+            cached = self._from_row_sections(expression)
         if cached is not None:
             return cached
         var = Var(self._fresh(), dtype)
         self.section.lines.append(line(var.name) if line else f"{var.name} = {expression}")
         self.section.cache[expression] = var
         return var
+
+    def _from_row_sections(self, expression: str) -> Var | None:
+        """A per-row value an earlier x-section already computed (rstd = rsqrt(var / n + eps), which
+        a LayerNorm's normalization evaluates again in its r-section): x-section values stay visible
+        to every later section, and [XBLOCK, 1] broadcasts against the row."""
+        for section in reversed(self.sections):
+            if section.kind == "x" and expression in section.cache:
+                return section.cache[expression]
+        return None
 
     def pointer(self, buffer: str) -> str:
         return self.pointers.setdefault(buffer, f"ptr_{buffer}")
@@ -220,8 +231,11 @@ class KernelWriter(TritonMathOps):
         return value
 
     def constant(self, value: Any, dtype: str) -> Var:
+        """[XBLOCK, 1] in both sections of a reduction kernel: a per-row value combined with it keeps
+        the row's shape (one rsqrt per row, not per element) and matches the x-section's value."""
         dtype = "float32" if dtype in ("bfloat16", "float16") else dtype
-        return self.emit(f"tl.full({self.section.shape}, {literal(value, dtype)}, {TL_DTYPES[dtype]})", dtype)
+        shape = "[XBLOCK, 1]" if self.section.kind == "r" else self.section.shape
+        return self.emit(f"tl.full({shape}, {literal(value, dtype)}, {TL_DTYPES[dtype]})", dtype)
 
     def index_expr(self, expr: Expr, dtype: str) -> Var:
         text = self.index(expr)
@@ -289,8 +303,8 @@ class KernelWriter(TritonMathOps):
             self.section.lines.append(f"{pair}_value, {pair}_index = tl.reduce(({masked}, {indices}), 1, _fw_{kind}_combine)")
             return [self.emit(f"{pair}_index[:, None]", "int64")]
         if kind == "welford":  # two passes over registers: exact and cheap when the row is resident
-            count = self.emit(f"tl.sum(rxmask.to({TL_DTYPES[dtype]}), 1)[:, None]", dtype)
-            mean = self.emit(f"tl.sum({masked}, 1)[:, None] / tl.maximum({count}, 1.0)", dtype)
+            count = float(max(self.bounds[RINDEX], 1))  # a row's every element (rows past xnumel are not stored)
+            mean = self.emit(f"tl.sum({masked}, 1)[:, None] / {count}", dtype)
             centered = self.emit(f"tl.where(rxmask, {value} - {mean}, 0.0)", dtype)
             return [mean, self.emit(f"tl.sum({centered} * {centered}, 1)[:, None]", dtype)]
         raise CodegenError(f"reduction type {kind}")
