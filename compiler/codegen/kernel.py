@@ -126,7 +126,10 @@ class KernelWriter(TritonMathOps):
     def _from_row_sections(self, expression: str) -> Var | None:
         """A per-row value an earlier x-section already computed (rstd = rsqrt(var / n + eps), which
         a LayerNorm's normalization evaluates again in its r-section): x-section values stay visible
-        to every later section, and [XBLOCK, 1] broadcasts against the row."""
+        to every later section, and [XBLOCK, 1] broadcasts against the row. Loads are not taken:
+        the kernel may have stored to that buffer since (a running statistic updated in place)."""
+        if expression.startswith("tl.load("):
+            return None
         for section in reversed(self.sections):
             if section.kind == "x" and expression in section.cache:
                 return section.cache[expression]
