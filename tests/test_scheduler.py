@@ -410,14 +410,15 @@ def test_fused_bf16_intermediates_stay_float32_and_only_stores_round():
     assert artifact.kernel_source(kernel).split("tl.store")[0].count(".to(tl.bfloat16)") == 1  # the cast's
 
 
+def _rms(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
 def test_small_kernels_of_one_shape_share_a_launch_without_sharing_a_buffer():
     """Two RMS norms of different tensors: no buffer in common, so the fusion rounds never pair
     them; both are small, so they become one kernel (one launch instead of two)."""
-    def rms(x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-
     def fn(x, y, w, v):
-        return rms(x, w), rms(y, v)
+        return _rms(x, w), _rms(y, v)
 
     artifact = compile_and_check(fn, torch.randn(16, 32), torch.randn(16, 32), torch.randn(32), torch.randn(32))
     assert kernel_count(artifact) == 1
@@ -431,12 +432,9 @@ def test_fusion_never_swaps_two_draws_from_torch_generator():
     order. Fusing the two norms (small, same shape) would need y's dropout before the first norm's
     readers, among them the dropout of its result: the draws would swap and each mask would
     land on the other tensor. Draws depend on the previous draw, so that fusion is refused."""
-    def rms(x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-
     def fn(x, y, w):
-        first = torch.ops.aten.native_dropout(rms(x, w), 0.5, True)[0]  # as aot_autograd's graphs have it
-        second = rms(torch.ops.aten.native_dropout(y, 0.5, True)[0], w)
+        first = torch.ops.aten.native_dropout(_rms(x, w), 0.5, True)[0]  # as aot_autograd's graphs have it
+        second = _rms(torch.ops.aten.native_dropout(y, 0.5, True)[0], w)
         return first, second
 
     x, y, w = torch.randn(16, 32), torch.randn(16, 32), torch.randn(32)
