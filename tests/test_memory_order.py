@@ -102,3 +102,48 @@ def test_unfused_kernels_each_write_over_the_last_result():
     artifact = compile_and_check(fn, torch.randn(13, 17), options={"fusion": False})
     assert len(inplace_allocs(artifact)) >= 3
     assert artifact.plan["peak_bytes"] <= 13 * 17 * 4
+
+
+def _mm_result_reused_by(artifact) -> list[str]:
+    """Names of the kernels that write over the matmul's result."""
+    (extern,) = [s for s in artifact.plan["steps"] if s["op"] == "extern"]
+    steps = artifact.plan["steps"]
+    kernels = []
+    for i, step in enumerate(steps):
+        if step["op"] == "alloc" and step.get("inplace") and step["reuse"] in extern["outputs"]:
+            kernels.append(next(s["kernel"] for s in steps[i:] if s["op"] == "kernel"))
+    return kernels
+
+
+def test_a_layer_norm_writes_over_the_matmul_result_it_normalizes():
+    """A reduction kernel that reads each element of its input only where it writes its output
+    takes the input's storage, persistent (short rows) and looped (rows past the CPU's 1024)."""
+    for width in (40, 1500):
+        def fn(x, w, g):
+            return torch.nn.functional.layer_norm(x @ w, (width,), g, None)
+
+        artifact = compile_and_check(fn, torch.randn(9, 33), torch.randn(33, width), torch.randn(width))
+        assert any("layer_norm" in name for name in _mm_result_reused_by(artifact)), width
+
+
+def test_a_reduction_that_reads_other_elements_of_its_input_does_not_write_over_it():
+    def fn(x, w):
+        h = x @ w
+        return torch.softmax(h, -1) + h.flip(-1)  # element (i, j) reads h at (i, j) and (i, 39 - j)
+
+    artifact = compile_and_check(fn, torch.randn(9, 33), torch.randn(33, 40))
+    assert not _mm_result_reused_by(artifact)
+
+
+def test_a_looped_reduction_that_reads_its_input_again_after_storing_does_not_write_over_it():
+    """Stored in the first loop (beside the sum), read again in the second: in place, the second
+    loop would read the output instead of the input."""
+    def fn(x, w):
+        h = x @ w
+        doubled = h * 2
+        return doubled, (h - h.sum(-1, keepdim=True)).half()  # half: only `doubled` could take h
+
+    artifact = compile_and_check(fn, torch.randn(5, 33), torch.randn(33, 1500))
+    (kernel,) = artifact.manifest["kernels"]
+    assert artifact.kernel_source(kernel).count("for roffset") == 2
+    assert not _mm_result_reused_by(artifact)

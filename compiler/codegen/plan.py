@@ -10,10 +10,10 @@
 
 A buffer is allocated right before its first writer and freed right after its last
 reader; graph inputs, outputs and extern results (ATen allocates those) are never
-allocated by the plan. A pointwise kernel writes in place (`"inplace": true` on the alloc
-that reuses the buffer) into an input of the same size, dtype and layout that it is the last
-reader of, when it reads each element of that input only to write the same element: the
-input's storage is never live twice (Inductor's in-place reuse). A constant's values are the
+allocated by the plan. A kernel writes in place (`"inplace": true` on the alloc that reuses
+the buffer) into an input of the same size, dtype and layout that it is the last reader of,
+when it reads each element of that input only where it writes the same element, and before
+writing it: the input's storage is never live twice (Inductor's in-place reuse). A constant's values are the
 file `constants/<constant>.bin` of the artifact (`constant` is its position in the wire
 graph's constants); the runtime puts them on the device once and never frees them.
 """
@@ -26,6 +26,7 @@ from typing import Any
 from compiler.bounds import planned_peak_bytes
 from compiler.dependencies import MemoryDep
 from compiler.ir import ExternNode, TensorArg
+from compiler.loop_mapping import same_index
 from compiler.scheduler import KernelGroup, Schedule
 
 
@@ -114,24 +115,43 @@ def _fresh_extern_results(schedule: Schedule) -> set[str]:
 
 def _inplace_source(group: KernelGroup, source: str, output: str, dying: list[str], schedule: Schedule) -> str | None:
     """A buffer among `dying` (read here for the last time) whose storage `output` can take: same
-    dtype and layout, the group pointwise, every read of it at the very element the group writes of
-    `output`, and every load of it in the kernel's source before that store (so no element is read
-    after it is overwritten)."""
-    if not dying or group.is_reduction or len({n.ranges for n in group.nodes}) != 1:
+    dtype and layout, not written by the group, every read of it at the very element the group
+    writes of `output` (so each element is read only by the program that overwrites it), and every
+    load of it in the kernel's source before that store (so no element is read after it is
+    overwritten). In a reduction kernel the accesses are compared in the kernel's own (xindex,
+    rindex) terms: a LayerNorm backward writes its input gradient over the incoming gradient, which
+    its loops read at the same elements, the last of them in the loop that stores."""
+    if not dying or (not group.is_reduction and len({n.ranges for n in group.nodes}) != 1):
         return None
     buffers = schedule.program.buffers
-    reads = [d for n in group.node_names for d in schedule.read_writes[n].reads]
-    writes = [d for n in group.node_names for d in schedule.read_writes[n].writes]
-    stores = {d for d in writes if d.buffer == output}
-    if len(stores) != 1 or not isinstance(store := next(iter(stores)), MemoryDep):
+    reads = [(n, d) for n in group.node_names for d in schedule.read_writes[n].reads]
+    writes = [(n, d) for n in group.node_names for d in schedule.read_writes[n].writes]
+    stores = [(n, d) for n, d in writes if d.buffer == output]
+    if len(stores) != 1 or not isinstance(stores[0][1], MemoryDep):
         return None
+    store_index = _kernel_index(group, *stores[0])
     for candidate in dying:
-        if buffers[candidate].layout != buffers[output].layout or any(d.buffer == candidate for d in writes):
+        if buffers[candidate].layout != buffers[output].layout or any(d.buffer == candidate for _, d in writes):
             continue
-        if all(d == MemoryDep(candidate, store.index, store.ranges) for d in reads if d.buffer == candidate) \
+        if all(isinstance(d, MemoryDep) and _same_element(group, _kernel_index(group, n, d), store_index)
+               for n, d in reads if d.buffer == candidate) \
                 and _last_position(rf"tl\.load\(ptr_{candidate}\b", source) < _first_position(rf"tl\.store\(ptr_{output}\b", source):
             return candidate
     return None
+
+
+def _kernel_index(group: KernelGroup, node: str, dep: MemoryDep) -> Any:
+    """A pointwise group compares accesses in its nodes' shared loop variables (one ranges tuple);
+    a reduction group maps each node's variables onto the kernel's xindex and rindex."""
+    if not group.is_reduction:
+        return dep.index
+    return group.mapping.nodes[node].apply(dep.index, group.mapping.bounds)
+
+
+def _same_element(group: KernelGroup, a: Any, b: Any) -> bool:
+    if not group.is_reduction:
+        return a == b
+    return same_index(a, b, group.mapping.bounds)
 
 
 def _last_position(pattern: str, text: str) -> int:
