@@ -211,7 +211,9 @@ class _Program:
         own = _allocated_layout(meta)
         size, stride = (self._name(v, "shape") for v in own)
         if step.get("inplace"):  # the next kernel reads the old buffer and writes this one over it
-            self._line(f"{var} = {self._var(step['reuse'])}")
+            old = self._var(step["reuse"])
+            same = self._held.get(step["reuse"]) == own  # else the same storage in this buffer's own view
+            self._line(f"{var} = {old}" if same else f"{var} = view({old}, {size}, {stride}, 0)")
             self._donated.add(step["reuse"])
         elif "reuse" in step:
             old = self._var(step["reuse"])

@@ -147,3 +147,16 @@ def test_a_looped_reduction_that_reads_its_input_again_after_storing_does_not_wr
     (kernel,) = artifact.manifest["kernels"]
     assert artifact.kernel_source(kernel).count("for roffset") == 2
     assert not _mm_result_reused_by(artifact)
+
+
+def test_a_kernel_writes_over_a_matmul_result_seen_through_another_view():
+    """The MLP backward's shape: the matmul's [B*T, N] result, read as [B, T, N] by a GELU backward
+    whose bias gradient (a column sum) shares its kernel. The layouts differ, the storage is the same
+    size and every element is read only where it is written: the output takes the storage."""
+    def fn(x, w, pre):
+        g = (x @ w).view(3, 7, 45)
+        out = g * torch.sigmoid(pre) * (1 + pre * (1 - torch.sigmoid(pre)))
+        return out, out.sum((0, 1))
+
+    artifact = compile_and_check(fn, torch.randn(21, 19), torch.randn(19, 45), torch.randn(3, 7, 45))
+    assert _mm_result_reused_by(artifact)

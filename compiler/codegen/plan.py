@@ -115,7 +115,7 @@ def _fresh_extern_results(schedule: Schedule) -> set[str]:
 
 def _inplace_source(group: KernelGroup, source: str, output: str, dying: list[str], schedule: Schedule) -> str | None:
     """A buffer among `dying` (read here for the last time) whose storage `output` can take: same
-    dtype and layout, not written by the group, every read of it at the very element the group
+    dtype and storage size, not written by the group, every read of it at the very element the group
     writes of `output` (so each element is read only by the program that overwrites it), and every
     load of it in the kernel's source before that store (so no element is read after it is
     overwritten). In a reduction kernel the accesses are compared in the kernel's own (xindex,
@@ -131,13 +131,19 @@ def _inplace_source(group: KernelGroup, source: str, output: str, dying: list[st
         return None
     store_index = _kernel_index(group, *stores[0])
     for candidate in dying:
-        if buffers[candidate].layout != buffers[output].layout or any(d.buffer == candidate for _, d in writes):
+        if not _same_storage(buffers[candidate].layout, buffers[output].layout) or any(d.buffer == candidate for _, d in writes):
             continue
         if all(isinstance(d, MemoryDep) and _same_element(group, _kernel_index(group, n, d), store_index)
                for n, d in reads if d.buffer == candidate) \
                 and _last_position(rf"tl\.load\(ptr_{candidate}\b", source) < _first_position(rf"tl\.store\(ptr_{output}\b", source):
             return candidate
     return None
+
+
+def _same_storage(a: Any, b: Any) -> bool:
+    """Storages that can stand in for each other: the accesses compared are offsets into each
+    buffer's storage, so the views may differ ([6304, 3072] matmul result, [32, 197, 3072] output)."""
+    return a.dtype == b.dtype and a.storage_numel() == b.storage_numel()
 
 
 def _kernel_index(group: KernelGroup, node: str, dep: MemoryDep) -> Any:
