@@ -11,9 +11,10 @@
 A buffer is allocated right before its first writer and freed right after its last
 reader; graph inputs, outputs and extern results (ATen allocates those) are never
 allocated by the plan. A kernel writes in place (`"inplace": true` on the alloc that reuses
-the buffer) into an input of the same size, dtype and layout that it is the last reader of,
-when it reads each element of that input only where it writes the same element, and before
-writing it: the input's storage is never live twice (Inductor's in-place reuse). A constant's values are the
+the buffer) into an input of the same dtype and storage size (its view may differ) that it is
+the last reader of, when it reads each element of that input only where it writes the same
+element, and before writing it: the input's storage is never live twice (Inductor's in-place
+reuse). A constant's values are the
 file `constants/<constant>.bin` of the artifact (`constant` is its position in the wire
 graph's constants); the runtime puts them on the device once and never frees them.
 """
