@@ -211,19 +211,19 @@ class _Program:
         own = _allocated_layout(meta)
         size, stride = (self._name(v, "shape") for v in own)
         if step.get("inplace"):  # the next kernel reads the old buffer and writes this one over it
-            old = self._var(step["reuse"])
-            same = self._held.get(step["reuse"]) == own  # else the same storage in this buffer's own view
-            self._line(f"{var} = {old}" if same else f"{var} = view({old}, {size}, {stride}, 0)")
+            self._line(f"{var} = {self._in_own_layout(step['reuse'], own, size, stride)}")
             self._donated.add(step["reuse"])
         elif "reuse" in step:
-            old = self._var(step["reuse"])
-            if self._held.get(step["reuse"]) == own:
-                self._line(f"{var}, {old} = {old}, None")
-            else:  # viewed in its own layout once here, not at every use
-                self._line(f"{var}, {old} = view({old}, {size}, {stride}, 0), None")
+            self._line(f"{var}, {self._var(step['reuse'])} = {self._in_own_layout(step['reuse'], own, size, stride)}, None")
         else:
             self._line(f"{var} = empty({size}, {stride}, {self._name(getattr(torch, meta['dtype']), 'dtype')})")
         self._held[buffer] = own
+
+    def _in_own_layout(self, reused: str, own: tuple, size: str, stride: str) -> str:
+        """The reused buffer's variable as the new buffer: itself when it is held in the new buffer's
+        layout, else a view of its storage in that layout (made once here, not at every use)."""
+        old = self._var(reused)
+        return old if self._held.get(reused) == own else f"view({old}, {size}, {stride}, 0)"
 
     def _kernel(self, step: dict[str, Any], kernel: Any) -> None:
         variables = [self._var(name) for name in step["args"]]

@@ -157,16 +157,19 @@ def _loads_first(writer: KernelWriter) -> list[list[str | StoreLine | LoadLine]]
     blocks = [[i for i in range(len(writer.sections))]] if straight else [[i] for i in range(len(writer.sections))]
     ordered: list[list[str | StoreLine | LoadLine]] = [[] for _ in writer.sections]
     for block in blocks:
-        lines = [(i, line) for i in block for line in writer.sections[i].lines]
-        for position, (_, line) in enumerate(lines):
+        lines = [(i, line, _defined_names(line)) for i in block for line in writer.sections[i].lines]
+        for position, (_, line, _) in enumerate(lines):
             if isinstance(line, LoadLine):
+                used = set(_NAME.findall(line.text.split("=", 1)[1]))
                 target = position
-                while target > 0 and not _must_follow(line, lines[target - 1][1]):
+                while target > 0 and not _must_follow(line, used, *lines[target - 1][1:]):
                     target -= 1
                 while target < position and isinstance(lines[target][1], LoadLine):
                     target += 1  # behind the loads already moved there: loads keep their order
-                lines.insert(target, (lines[target][0], lines.pop(position)[1]))
-        for i, line in lines:
+                section = lines[target][0]  # the section of the line it now precedes
+                _, _, defined = lines.pop(position)
+                lines.insert(target, (section, line, defined))
+        for i, line, _ in lines:
             ordered[i].append(line)
     return ordered
 
@@ -175,14 +178,18 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=(?!=)")
 
 
-def _must_follow(load: LoadLine, earlier: str | StoreLine | LoadLine) -> bool:
+def _defined_names(line: str | StoreLine | LoadLine) -> set[str] | None:
+    """The names a line assigns; None for a line that is no assignment (kept in order)."""
+    if isinstance(line, StoreLine):
+        return set()
+    assigned = _ASSIGNED.match(line.text if isinstance(line, LoadLine) else line)
+    return None if assigned is None else {n.strip() for n in assigned.group(1).split(",")}
+
+
+def _must_follow(load: LoadLine, used: set[str], earlier: str | StoreLine | LoadLine, defined: set[str] | None) -> bool:
     if isinstance(earlier, StoreLine):
         return earlier.buffer == load.buffer
-    defined = _ASSIGNED.match(earlier.text if isinstance(earlier, LoadLine) else earlier)
-    if defined is None:
-        return True  # not an assignment: keep the order
-    names = {n.strip() for n in defined.group(1).split(",")}
-    return bool(names & set(_NAME.findall(load.text.split("=", 1)[1])))
+    return defined is None or bool(defined & used)
 
 
 def _render(line: str | StoreLine | LoadLine, dropped: set[str], policy: str | None) -> str | None:
