@@ -8,7 +8,9 @@ How: the model is built on the meta device (no weights are allocated or initiali
 bf16 as bench/models.py casts it, and every parameter and buffer is swapped for a fake tensor
 of the same layout (tied weights stay tied). The step then runs under that FakeTensorMode through
 torch.compile with a backend that runs aot_autograd, as client/backend.py does, with forward and
-backward compilers that record each fx graph and hand it back unchanged. Fake tensors, not meta
+backward compilers that record each fx graph and hand it back unchanged (without the backend's
+grouping of linears over one input, client/linear_groups.py: the benchmark set stays the one
+measured since run E). Fake tensors, not meta
 ones: a model on meta tensors fails (transformers' caches build real CPU tensors).
 
 The fake tensors are CUDA ones where the machine has a GPU (CAPTURE_DEVICE), so dispatch makes the

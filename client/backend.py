@@ -44,6 +44,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from client import default_cache_dir
+from client.linear_groups import group_linears
 from client.partition import PARTITIONERS, aot_options
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -74,11 +75,13 @@ class BackendSettings:
     options: dict | None = None  # compiler.CompileOptions fields; part of the key
     partitioner: str = "min_cut"  # how aot_autograd splits forward from backward (PARTITIONERS)
     cuda_graphs: bool = False  # replay each CUDA graph function's launches as a CUDA graph (client/cudagraphs.py)
+    group_linears: bool = True  # linears over one input become one GEMM before autograd (client/linear_groups.py)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "BackendSettings":
         """FUSEWIRE_URL, FUSEWIRE_TOKEN, FUSEWIRE_TIMEOUT_S, FUSEWIRE_ON_ERROR, FUSEWIRE_CACHE_DIR,
-        FUSEWIRE_PARTITIONER, FUSEWIRE_CUDA_GRAPHS (1/true/yes); None = default."""
+        FUSEWIRE_PARTITIONER, FUSEWIRE_CUDA_GRAPHS, FUSEWIRE_GROUP_LINEARS (1/true/yes/on, else off);
+        None = default."""
         from client.http import DEFAULT_URL
 
         env = os.environ
@@ -88,7 +91,8 @@ class BackendSettings:
             timeout_s=float(env.get("FUSEWIRE_TIMEOUT_S") or DEFAULT_TIMEOUT_S),
             on_error=env.get("FUSEWIRE_ON_ERROR") or "eager",
             partitioner=env.get("FUSEWIRE_PARTITIONER") or "min_cut",
-            cuda_graphs=(env.get("FUSEWIRE_CUDA_GRAPHS") or "").strip().lower() in ("1", "true", "yes", "on"),
+            cuda_graphs=_flag(env.get("FUSEWIRE_CUDA_GRAPHS"), False),
+            group_linears=_flag(env.get("FUSEWIRE_GROUP_LINEARS"), True),
         )
         given = {k: v for k, v in overrides.items() if v is not None}
         if "cache_dir" in given:
@@ -103,13 +107,21 @@ class BackendSettings:
         return settings
 
 
+def _flag(value: str | None, default: bool) -> bool:
+    """An environment switch: unset or empty is `default`; 1/true/yes/on is on, anything else off."""
+    if not (value or "").strip():
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
 def backend(url: str | None = None, token: str | None = None, timeout_s: float | None = None,
             on_error: str | None = None, cache_dir: str | Path | None = None,
-            options: dict | None = None, partitioner: str | None = None, cuda_graphs: bool | None = None) -> "Backend":
+            options: dict | None = None, partitioner: str | None = None, cuda_graphs: bool | None = None,
+            group_linears: bool | None = None) -> "Backend":
     """A configured backend for `torch.compile(model, backend=...)`; unset arguments come from the env."""
     return Backend(BackendSettings.from_env(url=url, token=token, timeout_s=timeout_s, on_error=on_error,
                                             cache_dir=cache_dir, options=options, partitioner=partitioner,
-                                            cuda_graphs=cuda_graphs))
+                                            cuda_graphs=cuda_graphs, group_linears=group_linears))
 
 
 def fusewire_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
@@ -117,11 +129,12 @@ def fusewire_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], op
     """The registered backend (`torch.compile(m, backend="fusewire", options={...})`).
 
     `options` may hold backend()'s arguments (url, token, timeout_s, on_error, cache_dir, partitioner,
-    cuda_graphs) and
+    cuda_graphs, group_linears) and
     `compile_options` (the compiler's options); everything else comes from the environment."""
     options = dict(options or {})
     compile_options = options.pop("compile_options", None)
-    unknown = set(options) - {"url", "token", "timeout_s", "on_error", "cache_dir", "partitioner", "cuda_graphs"}
+    unknown = set(options) - {"url", "token", "timeout_s", "on_error", "cache_dir", "partitioner", "cuda_graphs",
+                              "group_linears"}
     if unknown:
         raise ValueError(f"unknown fusewire backend options {sorted(unknown)}")
     settings = BackendSettings.from_env(options=compile_options, **options)
@@ -160,6 +173,8 @@ class Backend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         from torch._dynamo.backends.common import aot_autograd
 
+        if self.settings.group_linears:
+            self.stats["grouped_linears"] += group_linears(gm)
         # a new AotAutograd each time: it rewrites its own kwargs when called
         return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_graph,
                             **aot_options(self.settings.partitioner))(gm, example_inputs)

@@ -8,6 +8,8 @@ Rewrites (each keeps the graph's results bit for bit):
 - An argument that a backward op reads only for its shape and strides (the input of
   max_pool2d_with_indices_backward, avg_pool2d_backward, _adaptive_avg_pool2d_backward) becomes an
   empty tensor of that layout made in the backward, so the forward need not save the pool's input.
+- A concatenation of parameters alone (client/linear_groups.py's grouped weights) is recomputed by the
+  backward, not saved.
 - max_pool2d's indices (int64, a flat position in the input plane) are handed to the backward as the
   position inside the window (int8, 8x fewer bytes): the forward encodes, the backward decodes, both
   pointwise work that fuses into the pool's kernels.
@@ -21,6 +23,8 @@ from typing import Any
 
 import torch
 from torch.fx import Graph, GraphModule, Node
+
+from client.linear_groups import recompute_weight_concats
 
 aten = torch.ops.aten
 
@@ -63,7 +67,7 @@ def min_cut_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
     """The joint graph rewritten (module docstring), then split by the min-cut partitioner."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    if shape_only_arguments(joint.graph) + max_pool_offsets(joint.graph):
+    if shape_only_arguments(joint.graph) + max_pool_offsets(joint.graph) + recompute_weight_concats(joint.graph):
         joint.graph.lint()
         joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
