@@ -174,10 +174,21 @@ class Backend:
         from torch._dynamo.backends.common import aot_autograd
 
         if self.settings.group_linears:
-            self.stats["grouped_linears"] += group_linears(gm)
+            self._group_linears(gm)
         # a new AotAutograd each time: it rewrites its own kwargs when called
         return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_graph,
                             **aot_options(self.settings.partitioner))(gm, example_inputs)
+
+    def _group_linears(self, gm: torch.fx.GraphModule) -> None:
+        """client/linear_groups.py on dynamo's graph; a graph it cannot analyse stays as it is (with
+        a warning; raised with on_error="raise"): grouping is an optimization, never a reason to fail."""
+        try:
+            self.stats["grouped_linears"] += group_linears(gm)
+        except Exception as exc:
+            if self.settings.on_error == "raise":
+                raise
+            warnings.warn(f"fusewire: linears not grouped: {type(exc).__name__}: {exc}", FusewireWarning,
+                          stacklevel=2)
 
     def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> "GraphFunction":
         """aot_autograd's fw/bw compiler: a boxed callable returning what `gm` returns."""

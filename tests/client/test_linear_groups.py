@@ -186,3 +186,24 @@ def test_grouping_is_on_by_default_and_the_environment_or_an_argument_turns_it_o
     assert BackendSettings.from_env(group_linears=True).group_linears is True
     monkeypatch.setenv("FUSEWIRE_GROUP_LINEARS", "yes")
     assert BackendSettings.from_env().group_linears is True
+
+
+def test_a_graph_grouping_cannot_analyse_is_left_as_it_is_with_a_warning(monkeypatch, tmp_path):
+    import pytest
+
+    import client.backend as backend_module
+    from client.backend import Backend, BackendSettings, FusewireWarning
+
+    def broken(gm):
+        raise KeyError("example_value")
+
+    monkeypatch.setattr(backend_module, "group_linears", broken)
+    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
+    before = str(gm.graph)
+    lenient = Backend(BackendSettings(url="http://unused", cache_dir=tmp_path))
+    with pytest.warns(FusewireWarning, match="linears not grouped: KeyError"):
+        lenient._group_linears(gm)
+    assert str(gm.graph) == before
+    strict = Backend(BackendSettings(url="http://unused", cache_dir=tmp_path, on_error="raise"))
+    with pytest.raises(KeyError):
+        strict._group_linears(gm)
