@@ -215,11 +215,11 @@ def eviction_policy(writer: KernelWriter, section_kind: str, line: object, reloa
         return None
     if line.reread:
         return "evict_last"
+    looped = section_kind == "r" and not writer.persistent
     if line.buffer in reloaded:
         size = writer.bounds[XINDEX] * writer.bounds[RINDEX] * ITEMSIZES[writer.buffer_dtypes[line.buffer]]
-        looped = section_kind == "r" and not writer.persistent
         return "evict_last" if looped and size >= RELOAD_KEEP_MIN_BYTES else None
-    return "evict_first" if section_kind == "r" and not writer.persistent else None
+    return "evict_first" if looped else None
 
 
 # A block that divides its size evenly needs no bounds check: the constexpr test makes the mask
