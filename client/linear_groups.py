@@ -24,7 +24,8 @@ The pieces of the split are views of the grouped result, read in place: copying 
 contiguous tensor of its own costs a kernel per piece and, in LLaMA's MLP, held the grouped result and
 both copies at once (the forward's planned peak 140 -> 228 MiB). A piece is made contiguous only where
 the graph could tell the difference: it is a graph output, a reader depends on strides (`as_strided`,
-...), or a `view` of it (or of its views) is impossible with the piece's strides.
+...), or a `view` of it, or of a view of it (a transpose, an unsqueeze, a slice...), is impossible
+with the piece's strides.
 
 The concatenated weights are recomputed in the backward (`recompute_weight_concats`, run on the
 joint graph before the min-cut partition) instead of saved: a copy of the weights costs a few
@@ -38,10 +39,14 @@ from dataclasses import dataclass
 
 import torch
 from torch.fx import Graph, GraphModule, Node
+from torch.utils import _pytree as pytree
 
 LINEARS = (torch._C._nn.linear, torch.nn.functional.linear)
 # calls in dynamo's graphs that switch grad mode or autocast for the nodes after them
 MODE_SWITCHES = {"_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast"}
+# readers that return a view of their first argument: a view impossible with a piece's strides raises
+VIEWS = {"view", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "unflatten", "narrow",
+         "select", "getitem", "__getitem__", "split", "chunk", "unbind", "diagonal", "movedim", "swapaxes"}
 # readers whose result depends on their argument's strides, not only its values
 STRIDE_SENSITIVE = {"as_strided", "as_strided_", "set_", "resize_", "resize_as_", "data_ptr", "stride",
                     "storage_offset", "untyped_storage", "is_contiguous"}
@@ -123,7 +128,8 @@ def _made_before(group: list[_Linear], order: dict[Node, int]) -> bool:
 def _rewrite(graph: Graph, group: list[_Linear]) -> None:
     first = group[0]
     widths = [g.width for g in group]
-    grouped_shape = [*first.input.meta["example_value"].shape[:-1], sum(widths)]
+    grouped = torch.empty([*first.input.meta["example_value"].shape[:-1], sum(widths)], device="meta")
+    layouts = grouped.split(widths, -1)  # each piece's sizes and strides, as the graph's split makes them
     with graph.inserting_before(first.node):
         weight = graph.call_function(torch.cat, ([g.weight for g in group], 0))
         bias = graph.call_function(torch.cat, ([g.bias for g in group], 0)) if first.bias is not None else None
@@ -131,41 +137,41 @@ def _rewrite(graph: Graph, group: list[_Linear]) -> None:
         pieces = graph.call_function(torch.split, (result, widths, -1))
         for i, linear in enumerate(group):
             piece = graph.call_function(operator.getitem, (pieces, i))
-            layout = _piece_layout(grouped_shape, widths[i])
-            if not _strides_unobserved(linear.node, layout):
+            if not _strides_unobserved(linear.node, layouts[i]):
                 piece = graph.call_method("contiguous", (piece,))
             linear.node.replace_all_uses_with(piece)
     for linear in group:
         graph.erase_node(linear.node)
 
 
-def _piece_layout(grouped_shape: list[int], width: int) -> torch.Tensor:
-    """A meta tensor laid out as one piece of the split: its own sizes, the grouped result's strides."""
-    strides = torch.empty(grouped_shape, device="meta").stride()
-    return torch.empty_strided([*grouped_shape[:-1], width], strides, device="meta")
-
-
 def _strides_unobserved(node: Node, layout: torch.Tensor) -> bool:
     """Whether the graph computes the same when `node`'s result has `layout` instead of being
-    contiguous: it is not a graph output, no reader depends on strides, and every `view` of it (and
-    of those views) is still possible. Else its piece is made contiguous."""
+    contiguous: it is not a graph output, no reader depends on strides, and every view of it (VIEWS,
+    followed through views of views on the meta layout) is still possible. Else its piece is made
+    contiguous."""
     for user in node.users:
         name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
         if user.op == "output" or name in STRIDE_SENSITIVE:
             return False
-        if name == "view":
-            sizes = user.args[1:]
-            if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
-                sizes = tuple(sizes[0])
-            if not all(isinstance(size, int) for size in sizes):
-                return False
-            try:
-                viewed = layout.view(*sizes)
-            except RuntimeError:
-                return False
-            if not _strides_unobserved(user, viewed):
+        if name in VIEWS and user.args and user.args[0] is node:
+            viewed = _view_of(user, layout)
+            if viewed is None or not _strides_unobserved(user, viewed):
                 return False
     return True
+
+
+def _view_of(user: Node, layout: torch.Tensor) -> torch.Tensor | None:
+    """`user`'s view applied to the meta `layout`; None when that view is impossible with the
+    layout's strides, or when its arguments are graph values (not known here)."""
+    arguments = (user.args[1:], user.kwargs)
+    if any(isinstance(leaf, Node) for leaf in pytree.tree_leaves(arguments)):
+        return None
+    try:
+        if user.op == "call_method":
+            return getattr(layout, user.target)(*user.args[1:], **user.kwargs)
+        return user.target(layout, *user.args[1:], **user.kwargs)
+    except RuntimeError:
+        return None
 
 
 def recompute_weight_concats(joint: Graph) -> int:

@@ -132,12 +132,18 @@ def test_a_piece_whose_strides_the_graph_could_see_is_made_contiguous():
         flat = p(x).view(-1)  # impossible on a strided piece of the grouped result
         return flat.sum() + flat[3], q(x)  # q's piece is a graph output: its caller sees its strides
 
+    def through_a_view(x):
+        return p(x).unsqueeze(0).view(-1) * 2 + q(x).sum()  # the impossible view after another view
+
     seen = {}
     x = torch.randn(TOKENS, WIDTH)
     (total, out), (expected_total, expected_out) = compile_grouped(fn, seen)(x), fn(x)
     torch.testing.assert_close(total, expected_total)
     torch.testing.assert_close(out, expected_out)
     assert seen["removed"] == 1 and out.is_contiguous()
+    seen = {}
+    torch.testing.assert_close(compile_grouped(through_a_view, seen)(x), through_a_view(x))
+    assert seen["removed"] == 1
 
 
 def test_pieces_read_in_place_when_nothing_observes_their_strides():
