@@ -176,7 +176,7 @@ class Backend:
         if self.settings.group_linears:
             self._group_linears(gm)
         # a new AotAutograd each time: it rewrites its own kwargs when called
-        return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_graph,
+        return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_backward,
                             **aot_options(self.settings.partitioner))(gm, example_inputs)
 
     def _group_linears(self, gm: torch.fx.GraphModule) -> None:
@@ -190,30 +190,40 @@ class Backend:
             warnings.warn(f"fusewire: linears not grouped: {type(exc).__name__}: {exc}", FusewireWarning,
                           stacklevel=2)
 
-    def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> "GraphFunction":
-        """aot_autograd's fw/bw compiler: a boxed callable returning what `gm` returns."""
+    def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                      backward: bool = False) -> "GraphFunction":
+        """aot_autograd's forward (and inference) compiler: a boxed callable returning what `gm` returns."""
         self.stats["graphs"] += 1
-        function = GraphFunction(self, gm, _graph_name(self.stats["graphs"]))
+        function = GraphFunction(self, gm, _graph_name(self.stats["graphs"]), backward)
         if function.static and function.has_work:
             function.prepare(example_inputs)  # compiled now, at torch.compile time
         return function
 
     # -- one signature: wire graph -> artifact bytes ------------------------------------
 
-    def artifact_for(self, graph, target: str) -> bytes:
-        """Local cache, else the service (probe, submit, wait, fetch, verify); saved locally."""
+    def compile_backward(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> "GraphFunction":
+        """aot_autograd's backward compiler: as compile_graph; the artifact frees saved activations early."""
+        return self.compile_graph(gm, example_inputs, backward=True)
+
+    def artifact_for(self, graph, target: str, released_inputs: Sequence[int] = ()) -> bytes:
+        """Local cache, else the service (probe, submit, wait, fetch, verify); saved locally.
+        `released_inputs`: positions of the inputs the runner drops after their last read
+        (CompileOptions.released_inputs)."""
         from compiler.graph import key as graph_key
 
-        key = graph_key(graph, target, self.settings.options)
+        options = dict(self.settings.options or {})
+        if released_inputs:
+            options["released_inputs"] = list(released_inputs)
+        key = graph_key(graph, target, options)
         blob = self.cache.get(key)
         if blob is not None:
             self.stats["local_hits"] += 1
             return blob
-        blob = self._from_service(graph, key, target)
+        blob = self._from_service(graph, key, target, options)
         self.cache.put(key, blob)
         return blob
 
-    def _from_service(self, graph, key: str, target: str) -> bytes:
+    def _from_service(self, graph, key: str, target: str, options: dict) -> bytes:
         from client.http import ServiceError
 
         if self._unreachable and time.monotonic() - self._unreachable[0] < UNREACHABLE_BACKOFF_S:
@@ -224,7 +234,7 @@ class Backend:
             if client.exists(key):
                 self.stats["remote_hits"] += 1
                 return client.fetch_bytes(key)
-            submission = client.submit(graph, target, self.settings.options)
+            submission = client.submit(graph, target, options)
             if submission.key != key:
                 raise _Failure(f"the service keyed this graph {submission.key[:12]}, this client {key[:12]}: "
                                "client and service run different fusewire/Triton versions")
@@ -286,9 +296,9 @@ class GraphFunction:
     `variants` maps an input signature to the artifact runner compiled for it; a graph that
     fell back (`eager_reason`) runs `gm` for every signature."""
 
-    def __init__(self, backend: Backend, gm: torch.fx.GraphModule, name: str) -> None:
+    def __init__(self, backend: Backend, gm: torch.fx.GraphModule, name: str, backward: bool = False) -> None:
         self._boxed_call = True  # on the instance: dynamo's disable() wrapper copies __dict__, not class attributes
-        self.backend, self.gm, self.name = backend, gm, name
+        self.backend, self.gm, self.name, self.backward = backend, gm, name, backward
         self.variants: dict[tuple, _Variant] = {}
         self._last: _Variant | None = None  # the verified variant the previous call ran
         self.eager_reason: str | None = None
@@ -351,7 +361,7 @@ class GraphFunction:
             module, padded = with_an_output(module)
             graph = from_fx(module, tensors)
         with self._timed("artifact"):
-            blob = self.backend.artifact_for(graph, _target(tensors))
+            blob = self.backend.artifact_for(graph, _target(tensors), self._released_inputs(tensors) if self.static else ())
         with self._timed("load"):
             runner = load(Artifact.from_bytes(blob), self.backend.settings.cache_dir, self.backend.trusted)
         if self.backend.settings.cuda_graphs:
@@ -359,6 +369,22 @@ class GraphFunction:
         tensor_positions = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
         return _Variant(runner, tensor_positions, spec, constants, drop_last=padded,
                         releases=not self.backend.settings.cuda_graphs)
+
+    def _released_inputs(self, inputs: Sequence[Any]) -> list[int]:
+        """Positions of a backward's saved activations that the runner's dropping frees: it drops
+        each input after its last read (_Variant.releases), so the compiler's step order may count
+        on that memory coming back. Parameters (primals_*) and incoming gradients (tangents_*) stay
+        alive with their owners, and an input sharing its storage with another (q, k and v split
+        from one projection) frees nothing alone. Nothing is released in CUDA-graph mode."""
+        if not self.backward or self.backend.settings.cuda_graphs:
+            return []
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        placeholders = self.gm.graph.find_nodes(op="placeholder")
+        storages = [StorageWeakRef(t.untyped_storage()) if isinstance(t, torch.Tensor) else None for t in inputs]
+        shared = Counter(storages)
+        return [i for i, (node, storage) in enumerate(zip(placeholders, storages))
+                if storage is not None and shared[storage] == 1 and not node.name.startswith(("primals_", "tangents_"))]
 
     def _graphed(self, runner: Any, inputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> Any:
         """CUDA-graph mode: the runner wrapped to capture and replay its launches (CUDA tensors only)."""

@@ -41,6 +41,7 @@ def compile(graph: "Graph", target: str = "cpu", options: CompileOptions | dict 
     report = progress or (lambda stage, fraction: None)
     options = options if isinstance(options, CompileOptions) else CompileOptions.model_validate(options or {})
     wire.validate_target(target)
+    wire.validate_released_inputs(graph, options)
     report("lowering", 0.0)
     limits = limits or WorkLimits()
     program = lower(graph, limits, eager_random=options.eager_random)

@@ -488,6 +488,14 @@ def validate_target(target: str) -> str:
     return target
 
 
+def validate_released_inputs(graph: Graph, options: CompileOptions) -> None:
+    """Every position in `options.released_inputs` names one of the graph's inputs."""
+    for position in options.released_inputs:
+        if position >= len(graph.inputs):
+            raise GraphValidationError("options.released_inputs",
+                                       f"input {position} does not exist: the graph has {len(graph.inputs)} inputs")
+
+
 def parse_options(options: CompileOptions | dict | None) -> CompileOptions:
     """CompileOptions from a request's `options` object; GraphValidationError when invalid."""
     if isinstance(options, CompileOptions):
@@ -550,10 +558,13 @@ def key(graph: Graph, target: str, options: CompileOptions | dict | None = None)
     """The content address of a compile: sha256 of graph, target, options and compiler ABI."""
     validate_target(target)
     options = parse_options(options)
+    dumped = options.model_dump(mode="json")
+    if not dumped["released_inputs"]:  # keys from before the option existed stay valid
+        del dumped["released_inputs"]
     payload = {
         "graph": canonical_graph(graph),
         "target": target,
-        "options": options.model_dump(mode="json"),
+        "options": dumped,
         "abi": ABI_VERSION,
     }
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()

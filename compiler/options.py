@@ -1,10 +1,13 @@
 """Typed options: what a compile may vary (part of the key) and the wire-format limits."""
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class CompileOptions(BaseModel):
-    """Knobs of one compile. Every field is part of the key, defaults included."""
+    """Knobs of one compile. Every field is part of the key, defaults included (`released_inputs` only
+    when set)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -15,9 +18,19 @@ class CompileOptions(BaseModel):
     eager_random: bool = Field(False, description="random ops (dropout, rand, bernoulli) run as ATen calls and "
                                "draw eager's numbers under the same seed; off, they are drawn inside the fused "
                                "kernels (Philox, seeded from torch's generator): fewer launches, other masks")
+    released_inputs: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        (), max_length=100_000,
+        description="positions of the graph inputs the caller drops after their last read (a backward's saved "
+                    "activations): the step order counts their memory until then. Part of the key only when set")
     autotune_budget_s: float = Field(30.0, ge=0, le=600,
                                      description="seconds of GPU timing per graph, benchmark-driven fusion and autotuning "
                                                  "together; fusion takes at most half")
+
+    @field_validator("released_inputs")
+    @classmethod
+    def _sorted_unique(cls, positions: tuple[int, ...]) -> tuple[int, ...]:
+        """One spelling per set of positions: the key does not depend on their order."""
+        return tuple(sorted(set(positions)))
 
 
 class Limits(BaseModel):

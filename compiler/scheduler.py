@@ -153,7 +153,8 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
         steps = fuse_nodes(steps, predecessors, read_writes, program, options, log, judge)
     steps = topological_order(steps, predecessors)
     mark_internal_buffers(steps, read_writes, program)
-    steps = reorder_for_peak_memory(steps, predecessors, read_writes, program)
+    released = frozenset(program.inputs[i].name for i in options.released_inputs)
+    steps = reorder_for_peak_memory(steps, predecessors, read_writes, program, released)
     itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
     for step in steps:
         if isinstance(step, KernelGroup):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler.graph import GraphValidationError, canonical_graph, canonical_json, key, parse_graph
 from compiler.options import CompileOptions
+from compiler.version import ABI_VERSION
 
 TARGETS = ("cpu", "cuda:sm_90", "cuda:sm_80")
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -167,7 +169,10 @@ def _option_changes() -> list[tuple[str, object]]:
     defaults = CompileOptions()
     out = []
     for field, value in defaults.model_dump().items():
-        new = not value if isinstance(value, bool) else value + 1 if isinstance(value, int) else value / 2 + 0.5
+        if isinstance(value, tuple):
+            new = (*value, 0)
+        else:
+            new = not value if isinstance(value, bool) else value + 1 if isinstance(value, int) else value / 2 + 0.5
         out.append((field, new))
     return out
 
@@ -178,6 +183,20 @@ def test_key_changes_with_every_option_field(field, value):
              "nodes": [{"name": "y", "target": "aten.relu.default", "args": [{"ref": "x"}]}], "outputs": [{"ref": "y"}]}
     assert key_of(graph, "cpu", {field: value}) != key_of(graph, "cpu")
     assert key_of(graph, "cpu", CompileOptions(**{field: value})) == key_of(graph, "cpu", {field: value})
+
+
+def test_released_inputs_are_keyed_as_a_set_and_absent_when_empty():
+    """The order of the positions does not matter; graphs compiled without the option keep the
+    keys they had before it existed (the payload carries no empty field)."""
+    graph = {"version": 1, "inputs": [{"name": "x", "dtype": "float32", "shape": [3]},
+                                      {"name": "w", "dtype": "float32", "shape": [3]}],
+             "nodes": [{"name": "y", "target": "aten.mul.Tensor", "args": [{"ref": "x"}, {"ref": "w"}]}],
+             "outputs": [{"ref": "y"}]}
+    assert key_of(graph, "cpu", {"released_inputs": [1, 0]}) == key_of(graph, "cpu", {"released_inputs": [0, 1, 1]})
+    assert key_of(graph, "cpu", {"released_inputs": []}) == key_of(graph, "cpu")
+    options = {k: v for k, v in CompileOptions().model_dump(mode="json").items() if k != "released_inputs"}
+    payload = {"graph": canonical_graph(parse_graph(graph)), "target": "cpu", "options": options, "abi": ABI_VERSION}
+    assert key_of(graph, "cpu") == hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
 def test_every_option_field_is_covered():

@@ -1,10 +1,12 @@
 """Memory: compiler/memory_order.py runs a step whose result nobody reads until after the peak
-after it when that lowers the planned peak (dependencies, mutations included, always hold);
+after it, and the last reader of a released input before it, when that lowers the planned peak
+(dependencies, mutations included, always hold);
 codegen/plan.py lets a pointwise kernel write over an input it reads for the last time, element
 for element, and never over one it reads elsewhere."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -13,6 +15,7 @@ import compiler
 import compiler.scheduler as scheduler
 from compiler.bounds import planned_peak_bytes
 from compiler.fx_import import from_fx
+from compiler.graph import GraphValidationError
 from tests.test_scheduler import compile_and_check
 
 M, V, D = 256, 1024, 512  # float32: the weight-sized buffers are 2 MiB, the gradient 1 MiB
@@ -160,3 +163,45 @@ def test_a_kernel_writes_over_a_matmul_result_seen_through_another_view():
 
     artifact = compile_and_check(fn, torch.randn(21, 19), torch.randn(19, 45), torch.randn(3, 7, 45))
     assert _mm_result_reused_by(artifact)
+
+
+HIDDEN = 512  # float32 [1024, HIDDEN]: 2 MiB
+
+
+def mlp_backward(grad, saved_activation, w2):
+    """A backward's MLP block in program order: the hidden gradient (big) is computed before the
+    weight gradient that reads the saved activation (as big) for the last time."""
+    hidden_grad = grad @ w2
+    weight_grad = grad.t() @ saved_activation
+    return torch.relu(hidden_grad).sum(0), weight_grad
+
+
+def mlp_inputs():
+    return torch.randn(1024, 64), torch.randn(1024, HIDDEN), torch.randn(64, HIDDEN)
+
+
+def test_the_last_reader_of_a_released_input_runs_before_the_peak_it_would_lower():
+    """With the saved activation released (dropped after its last read), the weight gradient runs
+    first: the activation's 2 MiB are gone before the hidden gradient's 2 MiB are allocated. Not
+    released, the activation stays alive anyway and program order is kept."""
+    released = compile_and_check(mlp_backward, *mlp_inputs(), options={"released_inputs": [1]})
+    kept = compile_and_check(mlp_backward, *mlp_inputs())
+    assert len(matmul_order(kept)) == 2
+    assert matmul_order(released) == matmul_order(kept)[::-1]
+
+
+def test_an_input_with_another_reader_after_the_peak_is_not_counted_as_freed():
+    def fn(grad, saved_activation, w2):
+        hidden_grad, weight_grad = mlp_backward(grad, saved_activation, w2)
+        return hidden_grad + saved_activation.sum(), weight_grad  # read again at the end: alive throughout
+
+    released = compile_and_check(fn, *mlp_inputs(), options={"released_inputs": [1]})
+    kept = compile_and_check(fn, *mlp_inputs())
+    assert matmul_order(released) == matmul_order(kept)
+
+
+def test_released_inputs_must_name_inputs_of_the_graph():
+    args = mlp_inputs()
+    graph = from_fx(make_fx(mlp_backward)(*args), args)
+    with pytest.raises(GraphValidationError, match="options.released_inputs: input 3 does not exist"):
+        compiler.compile(graph, "cpu", {"released_inputs": [1, 3]})

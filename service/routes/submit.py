@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
-from compiler.graph import GraphValidationError, Graph, graph_to_json, key as graph_key, parse_graph, validate_target
+from compiler.graph import (GraphValidationError, Graph, graph_to_json, key as graph_key, parse_graph,
+                            validate_released_inputs, validate_target)
 from compiler.options import CompileOptions
 from service.auth import require_team
 from service.dashboard.outline import keep_outline
@@ -128,10 +130,19 @@ def _validate(body: CompileRequest, allowed_targets: list[str] | None) -> tuple[
         raise ApiError(422, "invalid_graph", f"{where}: {exc.problem}", where) from None
     except RecursionError:
         raise ApiError(422, "invalid_graph", "graph: arguments are nested too deeply", "graph") from None
+    try:
+        validate_released_inputs(graph, options)
+    except GraphValidationError as exc:
+        raise ApiError(422, "invalid_options", str(exc), exc.where) from None
     return graph, target, options
 
 
 def _json_integers(options: dict) -> dict:
-    """Options as their JSON Schema reads them: 64.0 is the integer 64; strings and booleans are no numbers."""
-    return {name: int(value) if isinstance(value, float) and value.is_integer() else value
-            for name, value in options.items()}
+    """Options as their JSON Schema reads them: 64.0 is the integer 64, an array is a tuple; strings
+    and booleans are no numbers."""
+    def read(value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return tuple(read(item) for item in value) if isinstance(value, list) else value
+
+    return {name: read(value) for name, value in options.items()}

@@ -18,6 +18,7 @@ from torch._dynamo.exc import BackendCompilerFailed
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from client.backend import FusewireError, FusewireWarning, LocalCache, backend, fusewire_backend
+from compiler.artifact import Artifact
 from client_models import Block, batch, pair, train
 from client_helpers import TOKEN
 from svc_helpers import ROOT
@@ -48,6 +49,9 @@ def test_training_step_matches_eager_and_second_process_hits_local_cache(api_ser
     assert be.stats["compiles"] + be.stats["remote_hits"] == be.stats["graphs"], be.stats
     assert len(list((cache / "artifacts").glob("*.fwa"))) == be.stats["graphs"]
     assert len(list((cache / "kernels").glob("*/*.py"))) > 0  # the runtime's kernel sources live there too
+    # the backward's saved activations went to the service as released inputs, and it compiled with them
+    options = [Artifact.from_bytes(path.read_bytes()).manifest["options"] for path in (cache / "artifacts").glob("*.fwa")]
+    assert any(o.get("released_inputs") for o in options), options
 
     # a fresh process, same cache dir, the service unreachable and on_error="raise": any network use would fail it
     before = compiles()

@@ -111,3 +111,63 @@ def test_pool_backward_does_not_keep_the_pool_input_alive():
         _, want_grad, _ = pool_step(pool, x, grad, "save_all")
         torch.testing.assert_close(x_grad, want_grad)
         assert not any(shape == tuple(x.shape) and dtype == torch.bfloat16 for _, shape, dtype in seen), (pool, seen)
+
+
+def released_by_the_backend(model: torch.nn.Module, x: torch.Tensor, cuda_graphs: bool = False) -> dict:
+    """{"forward"/"backward": (placeholder names, positions the backend releases, whether each
+    input shares its storage with another)} for one training step of `model`."""
+    import tempfile
+
+    from functorch.compile import make_boxed_func
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from client.backend import Backend, BackendSettings, GraphFunction
+
+    torch._dynamo.reset()
+    backend = Backend(BackendSettings(url="http://unused", cache_dir=tempfile.mkdtemp(), cuda_graphs=cuda_graphs))
+    seen: dict = {}
+
+    def recorder(backward: bool):
+        def compile_graph(gm, example_inputs):
+            function = GraphFunction(backend, gm, "graph", backward)
+            names = [node.name for node in gm.graph.find_nodes(op="placeholder")]
+            storages = [StorageWeakRef(t.untyped_storage()) for t in example_inputs]
+            shared = [storages.count(storage) > 1 for storage in storages]
+            seen["backward" if backward else "forward"] = (names, function._released_inputs(example_inputs), shared)
+            return make_boxed_func(gm)
+        return compile_graph
+
+    step = torch.compile(model, backend=aot_autograd(fw_compiler=recorder(False), bw_compiler=recorder(True),
+                                                     **aot_options("min_cut")))
+    step(x).sum().backward()
+    return seen
+
+
+class FusedAttention(torch.nn.Module):
+    """q, k and v unbound from one projection: the attention's backward saves all three, views of
+    one storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.out = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).view(2, 8, 3, 2, 16).permute(2, 0, 3, 1, 4).unbind(0)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(F.gelu(attended.transpose(1, 2).reshape(2, 8, 32)))
+
+
+def test_a_backward_releases_its_saved_activations_and_nothing_else():
+    """Released: the backward's inputs the runner's dropping frees. Not parameters (primals_*), not
+    incoming gradients (tangents_*), not views sharing a storage (q, k and v of one projection), and
+    nothing of a forward or in CUDA-graph mode."""
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    seen = released_by_the_backend(FusedAttention(), x)
+    assert seen["forward"][1] == []
+    names, released, shared = seen["backward"]
+    assert released, names
+    for i, name in enumerate(names):
+        owned = name.startswith(("primals_", "tangents_"))
+        assert (i in released) == (not owned and not shared[i]), (name, shared[i])
+    assert any(shared[i] and not names[i].startswith(("primals_", "tangents_")) for i in range(len(names))), names
+    assert released_by_the_backend(FusedAttention(), x, cuda_graphs=True)["backward"][1] == []

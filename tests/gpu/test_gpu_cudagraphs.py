@@ -38,12 +38,12 @@ class LocalBackend(Backend):
         super().__init__(BackendSettings(url="http://unused", cache_dir=tmp_path, on_error="raise", **settings))
         self._signed = signed
 
-    def _from_service(self, graph, key, target):
+    def _from_service(self, graph, key, target, options):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         self.stats["compiles"] += 1
         with unset_fake_temporarily():  # dynamo compiles under a fake mode; autotuning needs real buffers
-            return self._signed(compiler.compile(graph, target, self.settings.options))
+            return self._signed(compiler.compile(graph, target, options))
 
 
 def graphed(fn, example, signed, mutated=frozenset()):

@@ -100,6 +100,12 @@ def test_deeply_nested_json_is_4xx(api):
     ({"graph": make_graph(5), "target": "tpu:v5"}, 422, "target", "unknown target 'tpu:v5'"),
     ({"graph": make_graph(5), "options": {"max_fusion_size": 0}}, 422, "options.max_fusion_size", "greater than or equal"),
     ({"graph": make_graph(5), "options": {"turbo": True}}, 422, "options.turbo", "not permitted"),
+    ({"graph": make_graph(5), "options": {"released_inputs": [0, 7]}}, 422, "options.released_inputs",
+     "input 7 does not exist"),
+    ({"graph": make_graph(5), "options": {"released_inputs": [-1]}}, 422, "options.released_inputs[0]",
+     "greater than or equal"),
+    ({"graph": make_graph(5), "options": {"released_inputs": ["0"]}}, 422, "options.released_inputs[0]",
+     "valid integer"),
 ])
 def test_bad_request_fields_are_422(api, body, status, where, text):
     response = api.post("/compile", json=body, headers=AUTH)

@@ -83,4 +83,6 @@ def test_options_and_target_are_part_of_the_key(api, graph):
     base = api.post("/compile", json={"graph": graph}, headers=AUTH).json()["key"]
     other = api.post("/compile", json={"graph": graph, "options": {"fusion": False}}, headers=AUTH).json()["key"]
     sm90 = api.post("/compile", json={"graph": graph, "target": "cuda:sm_90"}, headers=AUTH).json()["key"]
-    assert len({base, other, sm90}) == 3
+    released = api.post("/compile", json={"graph": graph, "options": {"released_inputs": [0]}}, headers=AUTH).json()
+    assert len({base, other, sm90, released["key"]}) == 4, released
+    assert released["key"] == graph_key(parse_graph(graph), "cpu", {"released_inputs": [0]})
