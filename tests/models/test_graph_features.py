@@ -90,7 +90,8 @@ def test_batchnorm_running_statistics_are_written_by_the_compiled_graph(api_serv
 
     graphs = []
     compile_graph = Backend.compile_graph
-    monkeypatch.setattr(Backend, "compile_graph", lambda self, gm, inputs: graphs.append(gm) or compile_graph(self, gm, inputs))
+    monkeypatch.setattr(Backend, "compile_graph",
+                        lambda self, gm, inputs, **kwargs: graphs.append(gm) or compile_graph(self, gm, inputs, **kwargs))
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
     reference = torch.nn.Sequential(*(m for m in __import__("copy").deepcopy(model)))
     compiled, be = compile_with(api_server, tmp_path, model)
