@@ -192,7 +192,8 @@ class Backend:
 
     def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                       backward: bool = False) -> "GraphFunction":
-        """aot_autograd's forward (and inference) compiler: a boxed callable returning what `gm` returns."""
+        """aot_autograd's forward and inference compiler (and, with `backward`, its backward compiler): a
+        boxed callable returning what `gm` returns."""
         self.stats["graphs"] += 1
         function = GraphFunction(self, gm, _graph_name(self.stats["graphs"]), backward)
         if function.static and function.has_work:
@@ -360,8 +361,9 @@ class GraphFunction:
                 module, tensors, spec, constants = self._specialise(inputs)
             module, padded = with_an_output(module)
             graph = from_fx(module, tensors)
+        released = self._released_inputs(tensors) if self.static else []  # names only a static graph keeps
         with self._timed("artifact"):
-            blob = self.backend.artifact_for(graph, _target(tensors), self._released_inputs(tensors) if self.static else ())
+            blob = self.backend.artifact_for(graph, _target(tensors), released)
         with self._timed("load"):
             runner = load(Artifact.from_bytes(blob), self.backend.settings.cache_dir, self.backend.trusted)
         if self.backend.settings.cuda_graphs:
