@@ -60,7 +60,7 @@ def reorder_for_peak_memory(steps: list, predecessors: dict[str, set[str]], read
     for i, before in enumerate(needs):
         for j in before:
             needed_by[j].add(i)
-    memory = _Memory(sizes, {o.buffer.name for o in program.outputs}, set(released) & set(sizes), info)
+    memory = _Memory(sizes, {o.buffer.name for o in program.outputs}, set(released), info)
     order = list(range(len(steps)))
     peak, at = memory.simulate(order)
     for _ in range(MAX_MOVES):
@@ -77,7 +77,7 @@ def _buffer_bytes(program: Program, released: frozenset[str]) -> dict[str, int]:
     and the released inputs."""
     return {name: buffer.layout.storage_numel() * ITEMSIZES[buffer.dtype]
             for name, buffer in program.buffers.items()
-            if buffer.kind in ("computed", "extern") or (buffer.kind == "input" and name in released)}
+            if buffer.kind in ("computed", "extern") or name in released}
 
 
 def _step_buffers(step, read_writes: dict[str, ReadWrites], sizes: dict[str, int]) -> _StepBuffers:
