@@ -4,6 +4,10 @@ worker, the API; started here unless --url is given).
 
     python bench/models.py [--models gpt2,llama] [--modes eager,inductor,fusewire] [--steps 20] [--json out.json]
 
+Models: the zoo's, and `block` (not run unless named): issue 13's GPT-2-style transformer block
+(tests/client/client_models.py `Block`: pre-norm, causal attention written out as matmul, mask and
+softmax, GELU MLP), 1024 wide, 16 heads, batch 8 x 1024 tokens, loss = mean of its output squared.
+
 Modes: eager, inductor, fusewire; `-cudagraphs` after inductor or fusewire replays CUDA graphs
 (Inductor's mode="reduce-overhead", fusewire's cuda_graphs=True), `-save_all` after fusewire uses
 aot_autograd's default partition instead of the min-cut partitioner (fusewire's default;
@@ -27,7 +31,11 @@ Per mode:
   peak_gib       peak GPU memory allocated while the mode was set up (compiles, first steps, CUDA-graph
                  captures; torch.cuda.max_memory_allocated), the other modes' memory left out
   steady_peak_gib  one step's peak as if the model were alone: other modes' gradients dropped, their
-                 parameters and caches left out
+                 parameters and caches left out, this mode's own counted (its `resident_gib`)
+  resident_gib   what the mode keeps allocated between steps, gradients dropped: the model's
+                 parameters and buffers, its batch, and whatever its compiled code holds on to. Process-wide
+                 state (cuBLAS workspaces) is made by an eager step before any mode is set up, so
+                 it is nobody's
   fallbacks      graphs that ran eagerly (fusewire; on_error="raise" makes any fallback an error)
   loss           the first step's loss, a sanity check that the modes compute the same thing
 """
@@ -47,16 +55,43 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models"), str(ROOT / "tests" / "client")]
 
+from client_models import Block  # noqa: E402
 from gpu_profile import host_time_ms, profile_kernels  # noqa: E402
 from zoo import ZOO, build, make_batch, step_loss  # noqa: E402
+
+BLOCK_WIDTH, BLOCK_HEADS, BLOCK_BATCH = 1024, 16, (8, 1024)
+
+
+class BlockLoss(torch.nn.Module):
+    """The `block` model: one transformer block and its loss, compiled as one module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block(BLOCK_WIDTH, BLOCK_HEADS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x).float().square().mean()
+
+
+def build_model(name: str) -> torch.nn.Module:
+    if name != "block":
+        return build(name, "bench")
+    torch.manual_seed(0)
+    return BlockLoss().train()
+
+
+def model_batch(name: str) -> dict[str, torch.Tensor]:
+    if name != "block":
+        return make_batch(name, "bench")
+    return {"x": torch.randn(*BLOCK_BATCH, BLOCK_WIDTH, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)}
 
 
 def one_step(runner, name: str, model, batch: dict) -> torch.Tensor:
     for parameter in model.parameters():
         parameter.grad = None
-    loss = step_loss(runner, name, batch)
+    loss = runner(batch["x"]) if name == "block" else step_loss(runner, name, batch)
     loss.backward()
     return loss.detach()
 
@@ -93,8 +128,8 @@ class Mode:
     def __init__(self, name: str, mode: str, url: str | None, partitioner: str, cuda_graphs: bool,
                  group_linears: bool = True) -> None:
         self.name, self.mode = name, mode
-        self.model = build(name, "bench").to(device="cuda", dtype=torch.bfloat16)
-        self.batch = {k: v.cuda() for k, v in make_batch(name, "bench").items()}
+        self.model = build_model(name).to(device="cuda", dtype=torch.bfloat16)
+        self.batch = {k: v.cuda() for k, v in model_batch(name).items()}
         self.row: dict = {"model": name, "mode": mode}
         self.times: list[float] = []
         self.hosts: list[float] = []
@@ -134,6 +169,12 @@ class Mode:
         for _ in range(3):
             self.step()
         self.row["peak_gib"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        for parameter in self.model.parameters():
+            parameter.grad = None
+        gc.collect()
+        torch.cuda.synchronize()
+        self.resident = torch.cuda.memory_allocated() - resident
+        self.row["resident_gib"] = self.resident / 2**30
 
     def time_round(self, steps: int) -> None:
         self.times += [timed(self.step)[0] * 1e3 for _ in range(steps)]
@@ -141,7 +182,8 @@ class Mode:
 
     def steady_peak_gib(self, others: list["Mode"]) -> float:
         """One step's peak as if this model were alone on the GPU: the other modes' gradients are
-        dropped first, and their resident memory (parameters, caches) is not counted."""
+        dropped first, and their resident memory (parameters, caches) is not counted; this mode's
+        is (measured after its set-up)."""
         for mode in others:
             for parameter in mode.model.parameters():
                 parameter.grad = None
@@ -150,11 +192,10 @@ class Mode:
         gc.collect()
         torch.cuda.synchronize()
         resident = torch.cuda.memory_allocated()
-        own = sum(t.numel() * t.element_size() for t in (*self.model.parameters(), *self.model.buffers()))
         torch.cuda.reset_peak_memory_stats()
         self.step()
         torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - resident + own) / 2**30
+        return (torch.cuda.max_memory_allocated() - resident + self.resident) / 2**30
 
     def finish(self, others: list["Mode"], top_kernels: int, cprofile: bool) -> dict:
         row = self.row
@@ -175,6 +216,7 @@ def measure_model(name: str, modes: list[str], steps: int, rounds: int, url: str
     service-hit check resets dynamo), then `rounds` rounds in which each mode runs steps/rounds timed
     steps and one host-time step, so a drift of the machine's speed affects all modes alike."""
     ordered = sorted(modes, key=lambda m: not m.startswith("fusewire"))
+    make_process_state(name)
     set_up: list[Mode] = []
     rows: dict[str, dict] = {}
     for mode in ordered:
@@ -200,6 +242,17 @@ def measure_model(name: str, modes: list[str], steps: int, rounds: int, url: str
     return [rows[mode] for mode in modes]
 
 
+def make_process_state(name: str) -> None:
+    """One eager step of a throwaway copy of the model, so that what a process allocates once and
+    keeps (cuBLAS workspaces) exists before the first mode's resident memory is measured."""
+    model = build_model(name).to("cuda", torch.bfloat16)
+    batch = {key: value.cuda() for key, value in model_batch(name).items()}
+    one_step(model, name, model, batch)
+    del model, batch
+    gc.collect()
+    torch.cuda.synchronize()
+
+
 def start_stack(state_dir: Path):
     from client.stack import Stack, StackConfig
 
@@ -213,7 +266,7 @@ def start_stack(state_dir: Path):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--models", default=",".join(ZOO), help="zoo models and/or `block`")
     parser.add_argument("--modes", default="eager,inductor,fusewire",
                         help="eager, inductor, fusewire (the min-cut partitioner); suffixes: -save_all "
                              "(fusewire with aot_autograd's default partition), -cudagraphs (fusewire's CUDA-graph "

@@ -13,6 +13,13 @@ Rewrites (each keeps the graph's results bit for bit):
 - max_pool2d's indices (int64, a flat position in the input plane) are handed to the backward as the
   position inside the window (int8, 8x fewer bytes): the forward encodes, the backward decodes, both
   pointwise work that fuses into the pool's kernels.
+- A concatenation of one tensor with itself (rotary embeddings' `cat((freqs, freqs), -1)`) becomes
+  a copy of a broadcast view, which the partitioner may recompute (it never recomputes `cat`): LLaMA's
+  forward then saves no rotary angles, the backward recomputes them from the positions.
+- An `mm`/`bmm` whose contraction has length 1 (LLaMA's rotary `inv_freq @ positions` on some
+  versions of transformers) becomes the broadcast multiply it is, recomputable for the same reason.
+  The compiler lowers such a product to the same multiply either way
+  (compiler/lowering/composite.py `outer_product`).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ PARTITIONERS = ("min_cut", "save_all")
 # parts and can recompute them: a cross-entropy then hands the backward its bf16 logits and two
 # numbers per row instead of fp32 log-probabilities (bench/partition_bytes.py measures it).
 MIN_CUT_DECOMPOSED = ("_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
-                      "nll_loss_forward", "nll_loss_backward", "detach", "threshold_backward")
+                      "nll_loss_forward", "nll_loss_backward", "detach", "threshold_backward", "transpose")
 # op -> position of an argument whose values the op never reads (ATen's kernels and fusewire's
 # lowerings both take only its sizes and strides)
 SHAPE_ONLY_ARGUMENTS = {
@@ -67,7 +74,9 @@ def min_cut_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
     """The joint graph rewritten (module docstring), then split by the min-cut partitioner."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    if shape_only_arguments(joint.graph) + max_pool_offsets(joint.graph) + recompute_weight_concats(joint.graph):
+    rewrites = (shape_only_arguments, max_pool_offsets, recompute_weight_concats, repeated_concats,
+                outer_products_as_multiplies)
+    if sum(rewrite(joint.graph) for rewrite in rewrites):
         joint.graph.lint()
         joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
@@ -118,6 +127,62 @@ def max_pool_offsets(graph: Graph) -> int:
                 user.update_arg(7, _decode(graph, offsets, window))
         changed += 1
     return changed
+
+
+def repeated_concats(graph: Graph) -> int:
+    """Replaces each `cat` of static sizes whose inputs are all one tensor with
+    view(clone(expand(unsqueeze(x, dim)))), the same elements in the same layout; returns how many."""
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.cat.default or not node.args[0]:
+            continue
+        parts = node.args[0]
+        source, result = parts[0], node.meta.get("val")
+        if len(parts) < 2 or any(part is not source for part in parts) or not isinstance(source, Node):
+            continue
+        value = source.meta.get("val")
+        if not (_static(value) and _static(result)) or value.dim() == 0:
+            continue
+        dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % value.dim()
+        with graph.inserting_before(node):
+            spread = _call(graph, aten.unsqueeze.default, source, dim)
+            sizes = list(spread.meta["val"].shape)
+            sizes[dim] = len(parts)
+            copied = _call(graph, aten.clone.default,
+                           _call(graph, aten.expand.default, spread, sizes), memory_format=torch.contiguous_format)
+            repeated = _call(graph, aten.view.default, copied, list(result.shape))
+        if _same_layout(repeated.meta["val"], result):
+            node.replace_all_uses_with(repeated)
+            graph.erase_node(node)
+            replaced += 1
+        else:  # a cat of channels-last inputs keeps their layout; the copy would not
+            for new in (repeated, copied, copied.args[0], spread):
+                graph.erase_node(new)
+    return replaced
+
+
+def outer_products_as_multiplies(graph: Graph) -> int:
+    """Replaces each `mm`/`bmm` of static sizes whose contraction has length 1 with the broadcast
+    multiply of its operands; returns how many. The product of one pair rounded once is what the
+    GEMM computes too. Kept as a GEMM where the multiply's layout would differ from the GEMM's
+    (later views were traced against the GEMM's contiguous result)."""
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (aten.mm.default, aten.bmm.default):
+            continue
+        left, right = node.args
+        values = (left.meta.get("val"), right.meta.get("val"), node.meta.get("val"))
+        if not all(_static(v) for v in values) or values[0].shape[-1] != 1:
+            continue
+        with graph.inserting_before(node):
+            product = _call(graph, aten.mul.Tensor, left, right)
+        if not _same_layout(product.meta["val"], values[2]):
+            graph.erase_node(product)
+            continue
+        node.replace_all_uses_with(product)
+        graph.erase_node(node)
+        replaced += 1
+    return replaced
 
 
 @dataclass(frozen=True)
@@ -214,6 +279,10 @@ def _graph_fake_mode(graph: Graph):
     from torch._guards import detect_fake_mode
 
     return detect_fake_mode([n.meta["val"] for n in graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)])
+
+
+def _same_layout(new: torch.Tensor, old: torch.Tensor) -> bool:
+    return new.shape == old.shape and new.stride() == old.stride() and new.dtype == old.dtype
 
 
 def _static(value: Any) -> bool:

@@ -171,3 +171,66 @@ def test_a_backward_releases_its_saved_activations_and_nothing_else():
         assert (i in released) == (not owned and not shared[i]), (name, shared[i])
     assert any(shared[i] and not names[i].startswith(("primals_", "tangents_")) for i in range(len(names))), names
     assert released_by_the_backend(FusedAttention(), x, cuda_graphs=True)["backward"][1] == []
+
+
+def rotary_step(partitioner: str, via_matmul: bool):
+    """A rotary embedding as LLaMA-style models build it (angles = positions x inverse frequencies,
+    `cat((angles, angles), -1)`, cos and sin applied to a projection): output, gradient, and the
+    (shape, dtype) of every tensor the backward receives."""
+    torch._dynamo.reset()
+    seen: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+    def backward(gm, example_inputs):
+        seen.extend((tuple(t.shape), t.dtype) for t in example_inputs if isinstance(t, torch.Tensor))
+        return gm
+
+    def fn(x, weight, inv_freq):
+        positions = torch.arange(x.shape[1], dtype=torch.float32)
+        if via_matmul:  # [1, F, 1] @ [1, 1, T]: a bmm over one column
+            angles = (inv_freq[None, :, None].float() @ positions[None, None, :]).transpose(1, 2)
+        else:
+            angles = positions[None, :, None] * inv_freq.float()[None, None, :]
+        emb = torch.cat((angles, angles), dim=-1)
+        q = (x @ weight).view(x.shape[0], x.shape[1], -1, emb.shape[-1])
+        cos, sin = emb.cos()[:, :, None].to(q.dtype), emb.sin()[:, :, None].to(q.dtype)
+        half = q.shape[-1] // 2
+        rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+        return q * cos + rotated * sin
+
+    step = torch.compile(fn, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=backward,
+                                                  **aot_options(partitioner)))
+    torch.manual_seed(0)
+    x = torch.randn(2, 37, 24, requires_grad=True)
+    weight = torch.randn(24, 48)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 12, dtype=torch.float32) / 12))
+    out = step(x, weight, inv_freq)
+    out.backward(torch.randn_like(out))
+    return out, x.grad, seen
+
+
+def test_rotary_angles_are_recomputed_by_the_backward_not_saved():
+    for via_matmul in (False, True):
+        out, grad, seen = rotary_step("min_cut", via_matmul)
+        want_out, want_grad, default_seen = rotary_step("save_all", via_matmul)
+        assert torch.equal(out, want_out) and torch.equal(grad, want_grad)
+        angles = ((1, 37, 24), torch.float32)
+        assert angles in default_seen or ((1, 37, 1, 24), torch.float32) in default_seen
+        assert not any(shape[:2] == (1, 37) for shape, _ in seen), (via_matmul, seen)
+
+
+def test_a_repeated_concat_becomes_a_copy_only_where_the_layout_stays():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from client.partition import repeated_concats
+
+    def fn(x):
+        return torch.cat((x, x, x), dim=1) * 2
+
+    x = torch.randn(2, 3, 5, 7)
+    for layout, expected in ((torch.contiguous_format, 1), (torch.channels_last, 0)):
+        gm = make_fx(fn, tracing_mode="fake")(x.to(memory_format=layout))
+        assert repeated_concats(gm.graph) == expected, layout
+        gm.recompile()
+        assert torch.equal(gm(x.to(memory_format=layout)), fn(x))
+        cats = [n for n in gm.graph.nodes if n.target is torch.ops.aten.cat.default]
+        assert len(cats) == 1 - expected
