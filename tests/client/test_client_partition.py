@@ -13,21 +13,28 @@ from client.partition import aot_options
 ROWS, WIDTH, VOCAB = 48, 32, 500
 
 
-def backward_inputs(partitioner: str) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """(shape, dtype) of every tensor the backward graph receives, for a bf16 LM head + cross-entropy."""
+def compiled_recording_backward(fn, partitioner: str, seen: list[tuple[tuple[int, ...], torch.dtype]]):
+    """`fn` compiled through aot_autograd split by `partitioner`, each graph run as the fx module it
+    is; (shape, dtype) of every tensor the backward receives goes into `seen`."""
     torch._dynamo.reset()
-    seen: list[tuple[tuple[int, ...], torch.dtype]] = []
 
     def backward(gm, example_inputs):
         seen.extend((tuple(t.shape), t.dtype) for t in example_inputs if isinstance(t, torch.Tensor))
         return gm
 
+    return torch.compile(fn, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=backward,
+                                                  **aot_options(partitioner)))
+
+
+def backward_inputs(partitioner: str) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of every tensor the backward graph receives, for a bf16 LM head + cross-entropy."""
+    seen: list[tuple[tuple[int, ...], torch.dtype]] = []
+
     def head(x, weight, labels):
         logits = (x @ weight.t()).float()
         return F.cross_entropy(logits, labels)
 
-    step = torch.compile(head, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=backward,
-                                                    **aot_options(partitioner)))
+    step = compiled_recording_backward(head, partitioner, seen)
     x = torch.randn(ROWS, WIDTH, dtype=torch.bfloat16, requires_grad=True)
     weight = torch.randn(VOCAB, WIDTH, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, VOCAB, (ROWS,))
@@ -177,12 +184,7 @@ def rotary_step(partitioner: str, via_matmul: bool):
     """A rotary embedding as LLaMA-style models build it (angles = positions x inverse frequencies,
     `cat((angles, angles), -1)`, cos and sin applied to a projection): output, gradient, and the
     (shape, dtype) of every tensor the backward receives."""
-    torch._dynamo.reset()
     seen: list[tuple[tuple[int, ...], torch.dtype]] = []
-
-    def backward(gm, example_inputs):
-        seen.extend((tuple(t.shape), t.dtype) for t in example_inputs if isinstance(t, torch.Tensor))
-        return gm
 
     def fn(x, weight, inv_freq):
         positions = torch.arange(x.shape[1], dtype=torch.float32)
@@ -197,8 +199,7 @@ def rotary_step(partitioner: str, via_matmul: bool):
         rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
         return q * cos + rotated * sin
 
-    step = torch.compile(fn, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=backward,
-                                                  **aot_options(partitioner)))
+    step = compiled_recording_backward(fn, partitioner, seen)
     torch.manual_seed(0)
     x = torch.randn(2, 37, 24, requires_grad=True)
     weight = torch.randn(24, 48)
