@@ -44,6 +44,8 @@ PARTITIONERS = ("min_cut", "save_all")
 # Decomposed (torch._decomp) before a min-cut partition, so the partitioner sees their pointwise
 # parts and can recompute them: a cross-entropy then hands the backward its bf16 logits and two
 # numbers per row instead of fp32 log-probabilities (bench/partition_bytes.py measures it).
+# `transpose` becomes `permute`, a view the partitioner recomputes (it never recomputes a transpose,
+# so everything computed before one, such as LLaMA's rotary angles, had to be saved).
 MIN_CUT_DECOMPOSED = ("_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
                       "nll_loss_forward", "nll_loss_backward", "detach", "threshold_backward", "transpose")
 # op -> position of an argument whose values the op never reads (ATen's kernels and fusewire's
