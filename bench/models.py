@@ -88,10 +88,18 @@ def model_batch(name: str) -> dict[str, torch.Tensor]:
     return {"x": torch.randn(*BLOCK_BATCH, BLOCK_WIDTH, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)}
 
 
-def one_step(runner, name: str, model, batch: dict) -> torch.Tensor:
+def model_loss(runner, name: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return runner(batch["x"]) if name == "block" else step_loss(runner, name, batch)
+
+
+def drop_gradients(model: torch.nn.Module) -> None:
     for parameter in model.parameters():
         parameter.grad = None
-    loss = runner(batch["x"]) if name == "block" else step_loss(runner, name, batch)
+
+
+def one_step(runner, name: str, model, batch: dict) -> torch.Tensor:
+    drop_gradients(model)
+    loss = model_loss(runner, name, batch)
     loss.backward()
     return loss.detach()
 
@@ -169,8 +177,7 @@ class Mode:
         for _ in range(3):
             self.step()
         self.row["peak_gib"] = (torch.cuda.max_memory_allocated() - resident) / 2**30
-        for parameter in self.model.parameters():
-            parameter.grad = None
+        drop_gradients(self.model)
         gc.collect()
         torch.cuda.synchronize()
         self.resident = torch.cuda.memory_allocated() - resident
@@ -184,11 +191,8 @@ class Mode:
         """One step's peak as if this model were alone on the GPU: the other modes' gradients are
         dropped first, and their resident memory (parameters, caches) is not counted; this mode's
         is (measured after its set-up)."""
-        for mode in others:
-            for parameter in mode.model.parameters():
-                parameter.grad = None
-        for parameter in self.model.parameters():
-            parameter.grad = None
+        for mode in (*others, self):
+            drop_gradients(mode.model)
         gc.collect()
         torch.cuda.synchronize()
         resident = torch.cuda.memory_allocated()
