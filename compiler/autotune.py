@@ -4,16 +4,16 @@ rebuilds the launch plan; the cpu target keeps codegen's heuristic configs.
 
 For each kernel a small, fixed list of candidates is built (the heuristic's config first,
 then variants of XBLOCK, RBLOCK, num_warps and num_stages that keep the generated source
-valid, and for a persistent reduction over 2048+ elements a looped one, written anew); the
-candidates of all kernels are built as cubins in one parallel batch (compiler/codegen/aot.py),
-launched on random data (two input sets used in turn, so caches do not flatter), and timed
-with CUDA events after a warm-up, in batches of launches of about a millisecond: the median
-batch counts. The fastest wins if it beats the heuristic's config by HEURISTIC_MARGIN; closer
-is within run-to-run noise (one layer_norm kernel, tuned in two processes on one H200, ran
-0.0366 and 0.0386 ms). A tie keeps the earlier candidate, so decisions are deterministic given
-the same timings. Results are cached by kernel source + target + the candidate list through a
-`TuningCache` (the worker backs it with Redis), so a kernel shared by two graphs, from any
-team, is tuned once.
+valid, none launching fewer than MIN_PROGRAMS programs unless the heuristic's does, and for a
+persistent reduction over 2048+ elements a looped one, written anew); the candidates of all
+kernels are built as cubins in one parallel batch (compiler/codegen/aot.py), launched on random
+data, and timed as the kernel benchmark and Inductor time: each launch on a cold L2, between its
+own CUDA events, the median counts. The fastest wins if it beats the heuristic's config by
+HEURISTIC_MARGIN; closer is within run-to-run noise (one layer_norm kernel, tuned in two
+processes on one H200, ran 0.0366 and 0.0386 ms). A tie keeps the earlier candidate, so decisions
+are deterministic given the same timings. Results are cached by kernel source + target + the
+candidate list + the timing method through a `TuningCache` (the worker backs it with Redis),
+so a kernel shared by two graphs, from any team, is tuned once.
 
 Without a GPU, or with `options.autotune` off, the heuristics decide and the manifest says so.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
@@ -35,11 +36,16 @@ from compiler.ir import Program
 from compiler.scheduler import KernelGroup, Schedule
 
 WARMUP = 3
-REPEATS = 7  # batches of launches
-BATCH_MS = 1.0  # target length of one timed batch
-MAX_BATCH = 100
+COLD_LAUNCHES = 25  # timed launches per candidate, each after an L2 flush
+L2_FLUSH_BYTES = 256 << 20
+TIMING = "cold-l2 median"  # part of the cache key: choices timed another way are not reused
 HEURISTIC_MARGIN = 0.02  # a candidate replaces the heuristic's config only when this much faster
 LOOPED_RBLOCK_MIN = 1024  # a persistent row of 2048+ elements is also tried as a loop
+# No candidate launches fewer programs than this (or than the heuristic's config does): the
+# timing loop reads inputs that L2 still holds, where a few long programs look fast, but a model
+# meets them cold, with too few loads in flight (H100, 2026-11-24, a column sum of 8 x 512 x 512
+# bf16 split in 32: 128 programs of 128 columns on one warp 17.1 us in a cold replay, 1024 programs 9.7)
+MIN_PROGRAMS = 256
 
 
 class TuningCache(Protocol):
@@ -119,19 +125,31 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     elif base["persistent"]:  # RBLOCK must cover the row; rows per program and warps may vary
         variants = [{"num_warps": w} for w in (4, 8, 16) if w != base["num_warps"]]
         variants += [{"XBLOCK": base["XBLOCK"] * 2}, {"XBLOCK": max(1, base["XBLOCK"] // 2)}]
+        # one row per program on one or two warps, as Inductor runs LayerNorm over 768: each thread
+        # then holds up to 32 of the row's elements (H100, 2026-11-24, BERT's GELU + LayerNorm of
+        # 4096 x 768 bf16: 13.2 us against 14.3 for 2 rows on 4 warps)
+        variants += [{"XBLOCK": 1, "num_warps": w} for w in (1, 2) if base["RBLOCK"] <= 32 * 32 * w]
         if can_regenerate and not base.get("outer") and kernel.rnumel >= 2 * LOOPED_RBLOCK_MIN:
             rblock = min(2048, _next_power_of_2(kernel.rnumel) // 2)  # at least two steps per row
             variants.append({"persistent": False, "XBLOCK": 1, "RBLOCK": rblock, "num_warps": 8})
     else:  # a looped row: block length, warps, rows per program, pipelining
         rblock = base["RBLOCK"]
+        # a longer step wants the warps to load it (H100, 2026-11-24, ResNet's BatchNorm of 128
+        # channels x 25088, one row per program: 4096 on 16 warps 17.5 us, on 8 warps 20.8)
         variants = [{"RBLOCK": rblock * 2}, {"RBLOCK": max(16, rblock // 2)}, {"num_warps": 16},
+                    {"RBLOCK": rblock * 2, "num_warps": 16},
                     {"XBLOCK": base["XBLOCK"] * 2}, {"num_stages": 2}]  # software-pipelined loads across loop steps
     configs = [dict(base)]
     for variant in variants:
         config = base | variant
-        if config not in configs and config["XBLOCK"] <= max(1, _next_power_of_2(kernel.numel)):
+        if config not in configs and config["XBLOCK"] <= max(1, _next_power_of_2(kernel.numel)) \
+                and _programs(kernel, config) >= min(MIN_PROGRAMS, _programs(kernel, base)):
             configs.append(config)
     return configs
+
+
+def _programs(kernel: Any, config: dict) -> int:
+    return math.prod(launch_grid(kernel.numel, kernel.rnumel, config))
 
 
 def _next_power_of_2(n: int) -> int:
@@ -139,7 +157,7 @@ def _next_power_of_2(n: int) -> int:
 
 
 def tuning_key(kernel: Any, target: str, candidates: list[dict]) -> str:
-    payload = json.dumps({"source": kernel.source, "target": target, "candidates": candidates,
+    payload = json.dumps({"source": kernel.source, "target": target, "candidates": candidates, "timing": TIMING,
                           "numel": kernel.numel, "rnumel": kernel.rnumel}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -230,9 +248,9 @@ def gpu_timer(target: str) -> Timer | None:
 
 
 def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
-    """Median ms per launch of the kernel's cubin. Launches are timed in batches between two CUDA
-    events (about BATCH_MS each, so event overhead and clock jitter stay small against short
-    kernels), REPEATS batches, the two input sets alternating launch by launch."""
+    """Median ms of one launch of the kernel's cubin on a cold L2, as the kernel benchmark and
+    Triton's do_bench time: before each of COLD_LAUNCHES launches, a 256 MiB buffer is zeroed
+    (more than any Hopper L2), and each launch is timed between its own two CUDA events."""
     import torch
 
     from client.cubin import CubinKernel
@@ -240,23 +258,33 @@ def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
     entry = {"name": kernel.name, "cubin_metadata": kernel.cubin_metadata}
     grid = tuple(launch_grid(kernel.numel, kernel.rnumel, kernel.config))
     launch = CubinKernel(entry, kernel.cubin).launcher(grid, use_hooks=False)
-    buffers = [[_random_buffer(*sizes[name]) for name in kernel.arguments] for _ in range(2)]
-    sets = [[t.data_ptr() for t in tensors] for tensors in buffers]  # `buffers` keeps them alive
+    tensors = [_random_buffer(*sizes[name]) for name in kernel.arguments]
+    pointers = [t.data_ptr() for t in tensors]  # `tensors` keeps them alive
     stream = torch.cuda.current_stream().cuda_stream
-
-    def batch(launches: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush = _l2_flush_buffer()
+    for _ in range(WARMUP):
+        launch(stream, *pointers)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(COLD_LAUNCHES)]
+    for start, end in events:
+        flush.zero_()
         start.record()
-        for i in range(launches):
-            launch(stream, *sets[i % 2])
+        launch(stream, *pointers)
         end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / launches
-
-    batch(WARMUP)
-    launches = max(2, min(MAX_BATCH, round(BATCH_MS / max(batch(2), 1e-4))))
-    times = sorted(batch(launches) for _ in range(REPEATS))
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in events)
     return times[len(times) // 2]
+
+
+_FLUSH: list[Any] = []
+
+
+def _l2_flush_buffer() -> Any:
+    import torch
+
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
+    return _FLUSH[0]
 
 
 def _random_buffer(numel: int, dtype: str, index_bound: int | None = None) -> Any:

@@ -57,6 +57,50 @@ def test_ties_keep_the_earlier_candidate_and_the_cache_answers_the_second_time()
     assert again.config == first_choice and again.tuning["cached"] is True and again.cubin
 
 
+def _first_kernel(fn, *inputs):
+    from compiler.codegen import generate
+
+    return generate(schedule(lower(_trace(fn, *inputs)), CompileOptions()), TARGET).kernels[0]
+
+
+def test_no_candidate_launches_fewer_programs_than_a_wave_or_the_heuristic():
+    import torch
+
+    from compiler.autotune import MIN_PROGRAMS, _programs
+
+    # a column sum split into partial sums: 32 x 512 outputs, whose variants of 128 columns per
+    # program would launch only 128 programs
+    kernel = _first_kernel(lambda a: a.sum((0, 1)), torch.randn(8, 512, 512, dtype=torch.bfloat16))
+    assert kernel.config.get("outer") and _programs(kernel, kernel.config) >= MIN_PROGRAMS
+    candidates = candidate_configs(kernel)
+    assert len(candidates) >= 3
+    assert all(_programs(kernel, c) >= MIN_PROGRAMS for c in candidates)
+    assert {"XBLOCK": 128, "RBLOCK": 8, "num_warps": 1} not in [
+        {k: c[k] for k in ("XBLOCK", "RBLOCK", "num_warps")} for c in candidates]
+    # a kernel with few rows keeps its own count as the floor: nothing launches fewer
+    few = _first_kernel(lambda a: torch.softmax(a, -1), torch.randn(6, 700))
+    assert all(_programs(few, c) >= _programs(few, few.config) for c in candidate_configs(few))
+
+
+@pytest.mark.parametrize("width, warps", [(768, {1, 2}), (2048, {2}), (8192, set())])
+def test_a_persistent_row_is_tried_one_per_program_on_few_warps_while_it_fits_in_registers(width, warps):
+    import torch
+
+    kernel = _first_kernel(lambda a: torch.softmax(a, -1), torch.randn(4096, width))
+    assert kernel.config["persistent"]
+    one_row = {c["num_warps"] for c in candidate_configs(kernel) if c["XBLOCK"] == 1 and c["num_warps"] < 4}
+    assert one_row == warps
+
+
+def test_a_looped_row_is_tried_with_a_step_twice_as_long_on_16_warps():
+    import torch
+
+    kernel = _first_kernel(lambda a: torch.softmax(a, -1), torch.randn(256, 20000))
+    assert not kernel.config["persistent"]
+    rblock = kernel.config["RBLOCK"]
+    assert kernel.config | {"RBLOCK": 2 * rblock, "num_warps": 16} in candidate_configs(kernel)
+
+
 @pytest.mark.parametrize("options, expected", [
     ({"autotune": False}, "autotuning off"),
     ({"autotune_budget_s": 0}, "time budget"),
