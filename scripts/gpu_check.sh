@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one go, on the GPU machine (the device tool's `run`, with `.gpu` carried):
-# the GPU tests (their summary also in $OUT/gpu_tests.txt), the host-overhead benchmark, then bench/models.py (arguments go to it; none: skipped).
+# the GPU tests (their summary also in $OUT/gpu_tests.txt), the host-overhead benchmark, then
+# bench/models.py (arguments go to it; none: skipped).
 # JSON results land in $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
