@@ -41,10 +41,11 @@ L2_FLUSH_BYTES = 256 << 20
 TIMING = "cold-l2 median"  # part of the cache key: choices timed another way are not reused
 HEURISTIC_MARGIN = 0.02  # a candidate replaces the heuristic's config only when this much faster
 LOOPED_RBLOCK_MIN = 1024  # a persistent row of 2048+ elements is also tried as a loop
-# No candidate launches fewer programs than this (or than the heuristic's config does): the
-# timing loop reads inputs that L2 still holds, where a few long programs look fast, but a model
-# meets them cold, with too few loads in flight (H100, 2026-11-24, a column sum of 8 x 512 x 512
-# bf16 split in 32: 128 programs of 128 columns on one warp 17.1 us in a cold replay, 1024 programs 9.7)
+# No candidate launches fewer programs than this (or than the heuristic's config does): so few
+# leave too few loads in flight on a cold L2. Timed on a warm L2 (as autotuning did before it
+# timed cold) they looked fast and were chosen (H100, 2026-11-24, a column sum of 8 x 512 x 512
+# bf16 split in 32: 128 programs of 128 columns on one warp 17.1 us in a cold replay, 1024
+# programs 9.7); the floor stays as a trial not worth its time.
 MIN_PROGRAMS = 256
 
 
