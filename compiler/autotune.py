@@ -20,6 +20,7 @@ Without a GPU, or with `options.autotune` off, the heuristics decide and the man
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -277,15 +278,12 @@ def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
     return times[len(times) // 2]
 
 
-_FLUSH: list[Any] = []
-
-
+@functools.lru_cache(maxsize=1)
 def _l2_flush_buffer() -> Any:
+    """One buffer per process, made at the first timing."""
     import torch
 
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
-    return _FLUSH[0]
+    return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
 
 def _random_buffer(numel: int, dtype: str, index_bound: int | None = None) -> Any:
