@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Iterable
 
 from compiler.dependencies import ReadWrites
 from compiler.graph import ITEMSIZES
@@ -158,12 +159,8 @@ def _best_sink(order: list[int], at: int, peak: int, memory: _Memory, needed_by:
         idle_bytes = sum(memory.sizes[b] for b in info[i].written - memory.from_start if last_touch[b] == position)
         if idle_bytes >= MIN_GAIN_BYTES:
             candidates.append((-idle_bytes, position))
-    for _, position in sorted(candidates)[:CANDIDATES_PER_PEAK]:
-        moved = order[:position] + order[position + 1:at + 1] + [order[position]] + order[at + 1:]
-        move = (moved, *memory.simulate(moved))
-        if move[1] <= peak - MIN_GAIN_BYTES:
-            return move
-    return None
+    return _first_lowering((order[:position] + order[position + 1:at + 1] + [order[position]] + order[at + 1:]
+                            for _, position in sorted(candidates)[:CANDIDATES_PER_PEAK]), memory, peak)
 
 
 def _best_hoist(order: list[int], at: int, peak: int, memory: _Memory, needs: list[set[int]]) -> Move | None:
@@ -183,8 +180,13 @@ def _best_hoist(order: list[int], at: int, peak: int, memory: _Memory, needs: li
         allocated = sum(memory.sizes[b] for b in info[i].touched if first[b] == position)
         if freed - allocated >= MIN_GAIN_BYTES:
             candidates.append((allocated - freed, position))
-    for _, position in sorted(candidates)[:CANDIDATES_PER_PEAK]:
-        moved = order[:at] + [order[position]] + order[at:position] + order[position + 1:]
+    return _first_lowering((order[:at] + [order[position]] + order[at:position] + order[position + 1:]
+                            for _, position in sorted(candidates)[:CANDIDATES_PER_PEAK]), memory, peak)
+
+
+def _first_lowering(orders: Iterable[list[int]], memory: _Memory, peak: int) -> Move | None:
+    """The first of `orders` whose simulated peak is at least MIN_GAIN_BYTES below `peak`."""
+    for moved in orders:
         move = (moved, *memory.simulate(moved))
         if move[1] <= peak - MIN_GAIN_BYTES:
             return move
