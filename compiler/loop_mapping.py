@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -155,7 +156,7 @@ def _derive(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str
             mapping = _invert(node, index, kernel_index, bounds)
             if mapping is not None:
                 return mapping
-    return _same_space_mapping(node, mapped, by_name, bounds)
+    return _same_space_mapping(node, mapped, by_name, bounds) or _row_split_mapping(node, bounds)
 
 
 def _same_space_mapping(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str, ComputeNode],
@@ -170,6 +171,25 @@ def _same_space_mapping(node: ComputeNode, mapped: dict[str, NodeMapping], by_na
         if not other.is_reduction and other.ranges == node.ranges and memory_order(other) == memory_order(node):
             return mapped[name]  # the same loop variables, laid onto the kernel the same way
     return None
+
+
+def _row_split_mapping(node: ComputeNode, bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
+    """A pointwise node over as many elements as the reduction has points, whose leading dims
+    make the kernel's rows and trailing dims one row, laid out row-major: its leading dims go on
+    xindex, its trailing dims on rindex. Such a node shares only per-row buffers with the
+    reduction (a cross entropy's backward reads the row's target and the row sum it uses), so no
+    access inverts onto both loops; _check_consistent then confirms every shared read."""
+    if node.is_reduction or bounds[RINDEX] == 1 or memory_order(node) != list(range(len(node.ranges))):
+        return None
+    for split in range(len(node.ranges) + 1):
+        rows, row = math.prod(node.ranges[:split]), math.prod(node.ranges[split:])
+        if (rows, row) == (bounds[XINDEX], bounds[RINDEX]):
+            break
+    else:
+        return None
+    spread = zip(unflatten(XINDEX, node.ranges[:split]) + unflatten(RINDEX, node.ranges[split:]), node.ranges)
+    return NodeMapping({index_symbol("x", d): simplify_index(expr, bounds)
+                        for d, (expr, size) in enumerate(spread) if size != 1})
 
 
 def _accesses(rw: ReadWrites) -> list[tuple[str, Expr, str]]:

@@ -25,3 +25,9 @@ def assert_close_outputs(actual: Sequence[torch.Tensor], expected: Sequence[torc
             torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{label}: {m}")
         else:
             assert torch.equal(a, e), f"{label}: values differ"
+
+
+def reduction_passes(source: str) -> list[str]:
+    """The passes over the reduction of a looped kernel's source, each as the text of its first
+    loop (a pass over misaligned rows is three loops, compiler.codegen.group._loop_headers)."""
+    return [text.split("for roffset")[0] for text in source.split("for roffset in range(0, ")[1:]]

@@ -341,3 +341,13 @@ def test_timing_gives_index_buffers_random_values_below_the_size_they_index():
     assert idx_spec[2] == 37  # rows of the 37-row weight, twice
     assert shifted_spec[2] is None  # computed on (s + 3) before indexing: random values could overflow
     assert counts_spec[2] is None  # an integer input that indexes nothing
+
+
+def test_layer_norm_rows_start_one_per_program_on_one_warp():
+    """The heuristic (before tuning) for persistent rows of 257-1024 elements; shorter rows still
+    share a program."""
+    from compiler.codegen.heuristics import KernelShape, launch_config
+
+    config = launch_config(KernelShape(8192, 768, True), "cuda:sm_90")
+    assert (config["XBLOCK"], config["num_warps"], config["persistent"]) == (1, 1, True)
+    assert launch_config(KernelShape(8192, 128, True), "cuda:sm_90")["XBLOCK"] > 1

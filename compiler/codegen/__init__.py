@@ -111,7 +111,7 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
     writes = set().union(*(schedule.read_writes[n].write_buffers() for n in group.node_names))
     writer = KernelWriter(group.name, group.numel, group.rnumel, group.is_reduction, config["persistent"],
                           "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu",
-                          tiled=group.tiled, unrounded=frozenset(group.internal))
+                          tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=not config.get("outer"))
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
     source, arguments = assemble(writer, dropped_stores(writer, group))
     return KernelSource(

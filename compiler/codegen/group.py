@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.codegen.kernel import KernelWriter, LoadLine, StoreLine
+from compiler.codegen.kernel import ROW_ALIGN, KernelWriter, LoadLine, StoreLine
 from compiler.codegen.online_softmax import find_online_pairs
 from compiler.codegen.triton_helpers import HELPERS, PORTABLE_MATH
 from compiler.dependencies import MemoryDep, ReadWrites
@@ -129,7 +129,7 @@ def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
     signature = ", ".join([writer.pointers[b] for b in used] + ["xnumel: tl.constexpr", "rnumel: tl.constexpr",
                                                                   "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
     body = _prologue(writer) + writer.setup
-    loop_header = _loop_header(writer)
+    loop_headers = _loop_headers(writer)
     ordered = _loads_first(writer)
     for i, section in enumerate(writer.sections):
         reloaded = {line.buffer for later in writer.sections[i + 1:] if later.kind == "r"
@@ -137,7 +137,8 @@ def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
         rendered = [_render(line, dropped, eviction_policy(writer, section.kind, line, reloaded)) for line in ordered[i]]
         rendered = [line for line in rendered if line is not None]
         if section.kind == "r" and not writer.persistent:
-            body += loop_header + [f"    {line}" for line in rendered]
+            for header in loop_headers:
+                body += header + [f"    {line}" for line in rendered]
         else:
             body += rendered
     body += writer.pending_after
@@ -242,9 +243,43 @@ def _prologue(writer: KernelWriter) -> list[str]:
              XMASK, f"rbase = {arange.format(n='RBLOCK')}[None, :]"]
     if writer.persistent:
         lines += ["rindex = rbase", RMASK, "rxmask = rmask & xmask"]
+    if writer.row_stride is not None:
+        lines += [f"rshift = ({writer.row_stride}*xindex) % {ROW_ALIGN}",  # the row's start in its aligned window
+                  f"tl.static_assert(RBLOCK >= {ROW_ALIGN})"]  # the first step covers the shift
     return lines
 
 
-def _loop_header(writer: KernelWriter) -> list[str]:
-    return ["for roffset in range(0, rnumel, RBLOCK):", "    rindex = roffset + rbase",
-            f"    {RMASK}", "    rxmask = rmask & xmask"]
+def first_loop_of_each_pass(source: str) -> str:
+    """A kernel's source without the second and third loops of row-window passes: they repeat the
+    first loop's body over other lanes of the row, so what one loop does to an element (read it,
+    then store over it) is what its pass does. For checks that read the source's order."""
+    kept, skipping = [], None
+    for line in source.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if skipping is not None and (indent > skipping or not line.strip()):
+            continue
+        skipping = indent if line.lstrip().startswith(("for roffset in range(RBLOCK,", "for roffset in range(max(")) else None
+        if skipping is None:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def _loop_headers(writer: KernelWriter) -> list[list[str]]:
+    """The loop (or loops) over the reduction that each r-section's lines go in. A looped Welford
+    reduction's weight is `rstep`, the number of steps in which a lane has met an element of its row."""
+    welford = "welford" in writer.helpers
+    if writer.row_stride is None:
+        step = ["    rstep = roffset // RBLOCK + 1"] if welford else []
+        return [["for roffset in range(0, rnumel, RBLOCK):", "    rindex = roffset + rbase",
+                 f"    {RMASK}", "    rxmask = rmask & xmask"] + step]
+    # Row windows: lane rpos of the window holds element rpos - rshift of the row. The first and the
+    # last steps mask lanes outside the row; the steps between need no mask (they lie inside the row
+    # as rshift < RBLOCK), so their loads and stores stay whole vectors.
+    window = ["    rpos = roffset + rbase", "    rindex = rpos - rshift"]
+    window += ["    rstep = roffset // RBLOCK + (rbase >= rshift).to(tl.int32)"] if welford else []
+    masked = window + ["    rmask = (rindex >= 0) & (rindex < rnumel)", "    rxmask = rmask & xmask"]
+    inside = window + ["    rxmask = tl.broadcast_to(xmask, [XBLOCK, RBLOCK])"]
+    inside_end = "max(RBLOCK, RBLOCK * (rnumel // RBLOCK))"
+    return [["for roffset in range(0, RBLOCK, RBLOCK):"] + masked,
+            [f"for roffset in range(RBLOCK, {inside_end}, RBLOCK):"] + inside,
+            [f"for roffset in range({inside_end}, rnumel + {ROW_ALIGN - 1}, RBLOCK):"] + masked]

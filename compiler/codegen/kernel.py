@@ -22,7 +22,14 @@ from compiler.codegen.triton_ops import CodegenError, TritonMathOps
 from compiler.codegen.values import TL_DTYPES, Var, is_float, literal, promote
 from compiler.indexing import RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index
 
-__all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError"]
+__all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError", "ROW_ALIGN"]
+
+# Row windows (looped inner reductions): a row whose stride is no multiple of this many elements
+# (GPT-2's 50257-token vocabulary) starts mid-vector, so none of its loads can be 16-byte vectors.
+# Its loop then walks the row from the aligned element before it, masking the few lanes outside
+# it: 16 elements are 16 bytes or more for every dtype.
+ROW_ALIGN = 16
+RPOS = sympy.Symbol("rpos", integer=True, nonnegative=True)  # a lane's position in its aligned row window
 
 
 @dataclass
@@ -56,11 +63,14 @@ class Section:
 class KernelWriter(TritonMathOps):
     def __init__(self, name: str, numel: int, rnumel: int, is_reduction: bool, persistent: bool,
                  index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool,
-                 tiled: bool = False, unrounded: frozenset[str] = frozenset()) -> None:
+                 tiled: bool = False, unrounded: frozenset[str] = frozenset(), row_windows: bool = False) -> None:
         """`unrounded`: buffers no other kernel reads (the group's internal ones). Their readers here
         get the float32 value itself, as Inductor's do: rounding it to a bf16/fp16 buffer's dtype would
-        cost two conversions per element and value and make the result no more accurate."""
+        cost two conversions per element and value and make the result no more accurate.
+        `row_windows`: a looped inner reduction may walk misaligned rows in aligned windows (ROW_ALIGN)."""
         self.name = name
+        self.row_windows = row_windows and is_reduction and not persistent and not tiled
+        self.row_stride: int | None = None  # set once a row window is in use: the stride of its rows
         self.unrounded = unrounded
         self.is_reduction = is_reduction or tiled  # both are 2D: [XBLOCK, RBLOCK] blocks
         self.tiled = tiled
@@ -145,7 +155,28 @@ class KernelWriter(TritonMathOps):
     def _index_text(self, expr: Expr) -> str:
         if not expr.free_symbols:
             return f"tl.full({self.section.shape}, {int(expr)}, tl.int32)"
+        if self.row_windows and RINDEX in expr.free_symbols:
+            expr = self._in_row_window(expr)
         return texpr(expr, self._name_index_term)
+
+    def _in_row_window(self, expr: Expr) -> Expr:
+        """`expr` (rindex + stride * xindex + ...) as rpos + ROW_ALIGN * ((stride * xindex) // ROW_ALIGN) + ...:
+        the same element, since the loop defines rindex = rpos - (stride * xindex) % ROW_ALIGN, but
+        now Triton sees a 16-byte aligned start and contiguous lanes, and vectorizes the access. The
+        first such row whose stride is no multiple of ROW_ALIGN turns the windows on (group.assemble
+        then writes the window loops); other indices keep their plain rindex text, just as correct."""
+        rest = expr - RINDEX
+        stride = rest.coeff(XINDEX)
+        if RINDEX in rest.free_symbols or not stride.is_Integer:
+            return expr
+        stride = int(stride)
+        if self.row_stride is None:
+            if stride < self.bounds[RINDEX] or stride % ROW_ALIGN == 0:
+                return expr
+            self.row_stride = stride
+        if stride != self.row_stride:
+            return expr
+        return RPOS + ROW_ALIGN * FloorDiv(stride * XINDEX, ROW_ALIGN) + (rest - stride * XINDEX)
 
     def _name_index_term(self, expr: Expr) -> str | None:
         if not isinstance(expr, (FloorDiv, ModularIndexing)) or expr.free_symbols != {XINDEX}:
@@ -173,10 +204,17 @@ class KernelWriter(TritonMathOps):
         if buffer in self.group_writes:
             self.missed_loads.add(buffer)
         dtype = self.buffer_dtypes[buffer]
-        call = f"tl.load({self.pointer(buffer)} + {offset}, {self._load_mask(index)}, other=0"
+        scalar = not index.free_symbols and not self._masks
+        if scalar:  # one element for the whole block (a learning rate, a scalar tensor): one scalar load
+            # per thread, broadcast in registers, not one load per element the thread holds
+            call = f"tl.load({self.pointer(buffer)} + {int(index)}"
+        else:
+            call = f"tl.load({self.pointer(buffer)} + {offset}, {self._load_mask(index)}, other=0"
         row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols
         reread = row_invariant or repeats_along_row(index)
         raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", reread))
+        if scalar:
+            raw = self.emit(f"tl.broadcast_to({raw}, {self.section.shape})", dtype)
         if dtype in ("bfloat16", "float16"):
             return self.emit(f"{raw}.to(tl.float32)", "float32")
         return raw
@@ -382,9 +420,10 @@ class KernelWriter(TritonMathOps):
             f"{acc}_delta = {value} - {acc}_mean",
             f"{acc}_weight_next = {acc}_weight + 1",
             # every lane that updates at this step has seen exactly one element per earlier step
-            # (only the last step's tail is masked), so its new weight is the step number: one
-            # reciprocal per step instead of a division per element
-            f"{acc}_mean_next = {acc}_mean + {acc}_delta * (1.0 / (roffset // RBLOCK + 1))",
+            # (only the last step's tail is masked, and a row window's first step's head), so its new
+            # weight is the step count `rstep` the loop header computes: one reciprocal per step
+            # instead of a division per element
+            f"{acc}_mean_next = {acc}_mean + {acc}_delta * (1.0 / rstep)",
             f"{acc}_m2 = tl.where(rxmask, {acc}_m2 + {acc}_delta * ({value} - {acc}_mean_next), {acc}_m2)",
             f"{acc}_mean = tl.where(rxmask, {acc}_mean_next, {acc}_mean)",
             f"{acc}_weight = tl.where(rxmask, {acc}_weight_next, {acc}_weight)",

@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from compiler.bounds import planned_peak_bytes
+from compiler.codegen.group import first_loop_of_each_pass
 from compiler.dependencies import MemoryDep
 from compiler.ir import ExternNode, TensorArg
 from compiler.loop_mapping import same_index
@@ -49,7 +50,7 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
                 if name not in allocated and program.buffers[name].kind == "computed":
                     dying = [b for b in kernel.arguments if last_use[b] == i and (b in allocated or b in fresh_results)
                              and b not in donated and b not in outputs]
-                    source = _inplace_source(step, kernel.source, name, dying, schedule)
+                    source = _inplace_source(step, first_loop_of_each_pass(kernel.source), name, dying, schedule)
                     if source is not None:
                         donated.add(source)
                         steps.append({"op": "alloc", "buffer": name, "reuse": source, "inplace": True})
