@@ -421,8 +421,8 @@ class KernelWriter(TritonMathOps):
             f"{acc}_weight_next = {acc}_weight + 1",
             # every lane that updates at this step has seen exactly one element per earlier step
             # (only the last step's tail is masked, and a row window's first step's head), so its new
-            # weight is the step count `rstep` the loop header computes: one reciprocal per step
-            # instead of a division per element
+            # weight is the step count `rstep` the loop header computes: one reciprocal per step (per
+            # lane in a row window) instead of a division per element
             f"{acc}_mean_next = {acc}_mean + {acc}_delta * (1.0 / rstep)",
             f"{acc}_m2 = tl.where(rxmask, {acc}_m2 + {acc}_delta * ({value} - {acc}_mean_next), {acc}_m2)",
             f"{acc}_mean = tl.where(rxmask, {acc}_mean_next, {acc}_mean)",
