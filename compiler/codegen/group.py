@@ -249,6 +249,11 @@ def _prologue(writer: KernelWriter) -> list[str]:
     return lines
 
 
+# Where a row-window pass's unmasked middle loop ends and its masked last loop starts (_loop_headers).
+_INSIDE_END = "max(RBLOCK, RBLOCK * (rnumel // RBLOCK))"
+_LATER_WINDOW_LOOPS = ("for roffset in range(RBLOCK, ", f"for roffset in range({_INSIDE_END}, ")
+
+
 def first_loop_of_each_pass(source: str) -> str:
     """A kernel's source without the second and third loops of row-window passes: they repeat the
     first loop's body over other lanes of the row, so what one loop does to an element (read it,
@@ -258,7 +263,7 @@ def first_loop_of_each_pass(source: str) -> str:
         indent = len(line) - len(line.lstrip())
         if skipping is not None and (indent > skipping or not line.strip()):
             continue
-        skipping = indent if line.lstrip().startswith(("for roffset in range(RBLOCK,", "for roffset in range(max(")) else None
+        skipping = indent if line.lstrip().startswith(_LATER_WINDOW_LOOPS) else None
         if skipping is None:
             kept.append(line)
     return "\n".join(kept)
@@ -279,7 +284,7 @@ def _loop_headers(writer: KernelWriter) -> list[list[str]]:
     window += ["    rstep = roffset // RBLOCK + (rbase >= rshift).to(tl.int32)"] if welford else []
     masked = window + ["    rmask = (rindex >= 0) & (rindex < rnumel)", "    rxmask = rmask & xmask"]
     inside = window + ["    rxmask = tl.broadcast_to(xmask, [XBLOCK, RBLOCK])"]
-    inside_end = "max(RBLOCK, RBLOCK * (rnumel // RBLOCK))"
+    middle, last = _LATER_WINDOW_LOOPS
     return [["for roffset in range(0, RBLOCK, RBLOCK):"] + masked,
-            [f"for roffset in range(RBLOCK, {inside_end}, RBLOCK):"] + inside,
-            [f"for roffset in range({inside_end}, rnumel + {ROW_ALIGN - 1}, RBLOCK):"] + masked]
+            [f"{middle}{_INSIDE_END}, RBLOCK):"] + inside,
+            [f"{last}rnumel + {ROW_ALIGN - 1}, RBLOCK):"] + masked]
