@@ -39,6 +39,7 @@ from compiler.memory_order import draws_random_numbers, reorder_for_peak_memory
 from compiler.options import CompileOptions
 from compiler.inline_gathers import gathered_producers, inline_gathered_producers
 from compiler.split_reductions import split_reductions
+from compiler.row_order import choose_row_order
 from compiler.tiling import choose_tiling
 
 MAX_FUSION_ROUNDS = 10
@@ -74,6 +75,7 @@ class KernelGroup:
     last: int  # position of its last node
     internal: set[str] = field(default_factory=set)  # written here, read nowhere else: never allocated
     tiled: bool = False  # a pointwise group walked in 2D tiles (mapping: xindex over rows, rindex over columns)
+    row_block: int = 1  # rows a program needs at least (compiler.row_order: accesses contiguous across rows)
 
     @property
     def numel(self) -> int:
@@ -161,6 +163,9 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
             tiled = choose_tiling(step.nodes, step.mapping, read_writes, itemsize)
             if tiled is not None:
                 step.mapping, step.tiled = tiled, True
+            reordered = choose_row_order(step.nodes, step.mapping, read_writes, itemsize, step.internal)
+            if reordered is not None:
+                step.mapping, step.row_block = reordered
     for i, step in enumerate(s for s in steps if isinstance(s, KernelGroup)):
         step.name = kernel_name(step, i, program.origin_ops)
     return Schedule(program, steps, read_writes, log.to_json(steps, options))

@@ -103,7 +103,8 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
     """The group's kernel with the heuristics' launch config, or with `config` (autotuning's
     persistent-or-looped candidates need their own source)."""
     config = config or launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
-                                                 is_outer_reduction(group, schedule.read_writes), group.tiled), target)
+                                                 is_outer_reduction(group, schedule.read_writes), group.tiled,
+                                                 group.row_block), target)
     buffers = schedule.program.buffers
     touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
                             for n in group.node_names))

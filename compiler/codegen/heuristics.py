@@ -30,6 +30,7 @@ class KernelShape:
     is_reduction: bool
     outer: bool = False  # the reduction reads along x contiguously (column-like)
     tiled: bool = False  # a 2D-tiled pointwise kernel
+    row_block: int = 1  # rows a program needs at least (their accesses are contiguous across rows)
 
 
 def next_power_of_2(n: int) -> int:
@@ -63,11 +64,12 @@ def _cpu_config(shape: KernelShape) -> dict:
 
 def _inner_config(shape: KernelShape) -> dict:
     rows = next_power_of_2(shape.numel)
+    row_block = min(rows, next_power_of_2(shape.row_block))
     if next_power_of_2(shape.rnumel) <= GPU_PERSISTENT_LIMIT:
         rblock = next_power_of_2(shape.rnumel)
-        if ONE_WARP_ROWS[0] < rblock <= ONE_WARP_ROWS[1]:
+        if ONE_WARP_ROWS[0] < rblock <= ONE_WARP_ROWS[1] and row_block == 1:
             return _config(1, rblock, 1, True)
-        xblock = max(1, min(rows, 2048 // rblock))
+        xblock = max(1, row_block, min(rows, 2048 // rblock))
         num_warps = min(16, max(2, xblock * rblock // 512))
         return _config(xblock, rblock, num_warps, True)
     # A looped row, one per program. 8 warps or 16 depends on the kernel (H100, 2026-11-23: a
@@ -76,7 +78,7 @@ def _inner_config(shape: KernelShape) -> dict:
     # 0.015, its fusions decided on that config too): autotuning tries both,
     # and so does benchmark-driven fusion (LOOPED_TRIALS), whose decisions would otherwise rest
     # on a config that autotuning later replaces.
-    return _config(1, 2048, 8, False)
+    return _config(row_block, max(64, 2048 // row_block), 8, False)
 
 
 def _outer_config(shape: KernelShape) -> dict:

@@ -1,0 +1,86 @@
+"""The order of a reduction kernel's rows, chosen by how its accesses coalesce.
+
+A reduction kernel walks [XBLOCK, RBLOCK] tiles: rows on xindex, the reduced elements on
+rindex. Its rows are the anchor's output dims in order, so consecutive rows are neighbours in
+the anchor's output. Another member may lay the same dims out differently: T5's attention
+bias is stored (query, key, head) with the heads innermost, while the softmax over keys that
+reads it runs its rows (batch, head, query). Along a row, that access then steps over the heads
+(2 bytes every 16 for bf16 and 8 heads), and neither tile axis is contiguous for it.
+
+Moving the head dim innermost in the row order makes that access contiguous along xindex: a
+block of 8 rows reads and writes whole 16-byte vectors. This stage tries each of the anchor's
+row dims as the innermost one and keeps the order under which the most bytes are contiguous
+along one tile axis (the reduced elements' accesses stay contiguous along rindex whatever the
+row order), if that beats the anchor's own order by ROW_ORDER_MIN_GAIN of the kernel's bytes.
+The kernel then needs blocks of at least that dim's size in rows (`KernelGroup.row_block`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.indexing import RINDEX, XINDEX, flatten, simplify_index, unflatten
+from compiler.loop_mapping import GroupMapping, NodeMapping
+from compiler.tiling import unit_steps
+
+ROW_ORDER_MIN_GAIN = 1 / 8
+MAX_ROW_BLOCK = 64  # a dim wider than this is no help: one row block cannot cover it
+
+
+def choose_row_order(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
+                     itemsize: dict[str, int], internal: set[str]) -> tuple[GroupMapping, int] | None:
+    """(the reordered mapping, the rows a block needs) for a reduction group whose accesses
+    coalesce better with another row dim innermost; None to keep the anchor's order.
+    `internal`: the group's buffers that stay in registers (they move no bytes)."""
+    anchor = next((n for n in nodes if n.is_reduction), None)
+    if anchor is None or mapping.rnumel == 1:
+        return None
+    sizes = [s for s in anchor.ranges if s != 1]
+    if len(sizes) < 2 or math.prod(sizes) != mapping.numel:
+        return None
+    total, best_score = _coalesced_bytes(nodes, mapping, read_writes, itemsize, internal)
+    best: tuple[GroupMapping, int] | None = None
+    for inner in range(len(sizes) - 1):
+        if not 4 <= sizes[inner] <= MAX_ROW_BLOCK:  # narrower dims are not contiguous over most of a block
+            continue
+        order = [d for d in range(len(sizes)) if d != inner] + [inner]
+        reordered = reorder_rows(mapping, sizes, order)
+        _, score = _coalesced_bytes(nodes, reordered, read_writes, itemsize, internal)
+        if score - best_score >= ROW_ORDER_MIN_GAIN * total:
+            best, best_score = (reordered, sizes[inner]), score
+    return best
+
+
+def reorder_rows(mapping: GroupMapping, sizes: list[int], order: list[int]) -> GroupMapping:
+    """The same mapping with its rows walked in `order` (dims of `sizes`, outermost first):
+    each node's old flat row index is rewritten in terms of the new one."""
+    bounds = mapping.bounds
+    digits = dict(zip(order, unflatten(XINDEX, [sizes[d] for d in order])))
+    old_flat = flatten([digits[d] for d in range(len(sizes))], sizes)
+    nodes = {name: NodeMapping({s: simplify_index(e.xreplace({XINDEX: old_flat}), bounds)
+                                for s, e in m.substitutions.items()})
+             for name, m in mapping.nodes.items()}
+    return GroupMapping(mapping.numel, mapping.rnumel, nodes)
+
+
+def _coalesced_bytes(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
+                     itemsize: dict[str, int], internal: set[str]) -> tuple[int, int]:
+    """(bytes the kernel moves, of which contiguous along xindex or rindex), up to a common
+    factor. Per-row accesses weigh 1/rnumel of an access along the row; an access the same for
+    every row (a broadcast vector, a scalar) stays in cache and does not count."""
+    total = good = 0
+    for node in nodes:
+        rw = read_writes[node.name]
+        for dep in rw.reads | rw.writes:
+            if not isinstance(dep, MemoryDep) or dep.buffer in internal:
+                continue
+            index = mapping.nodes[node.name].apply(dep.index, mapping.bounds)
+            if XINDEX not in index.free_symbols:
+                continue
+            along_row = RINDEX in index.free_symbols
+            weight = itemsize[dep.buffer] * (mapping.rnumel if along_row else 1)
+            step_x, step_r = unit_steps(index, mapping.numel, mapping.rnumel)
+            total += weight
+            good += weight if step_x or (along_row and step_r) else 0
+    return total, good
