@@ -138,7 +138,7 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         rblock = base["RBLOCK"]
         # a longer step wants the warps to load it (H100, 2026-11-24, ResNet's BatchNorm of 128
         # channels x 25088, one row per program: 4096 on 16 warps 17.5 us, on 8 warps 20.8)
-        variants = [{"RBLOCK": rblock * 2}, {"RBLOCK": max(16, rblock // 2)}, {"num_warps": 16},
+        variants = [{"RBLOCK": rblock * 2}, {"RBLOCK": max(16, rblock // 2)}, {"num_warps": 16}, {"num_warps": 32},
                     {"RBLOCK": rblock * 2, "num_warps": 16},
                     {"XBLOCK": base["XBLOCK"] * 2}, {"num_stages": 2}]  # software-pipelined loads across loop steps
     configs = [dict(base)]

@@ -44,8 +44,10 @@ LAUNCH_COST_MS = 0.003
 # Configs a looped reduction is also timed with, its best time counting: autotuning tries them
 # later, and a fusion judged on the heuristic's config alone can lose to parts that it would beat
 # once tuned (a log_softmax's three loops: 0.49 ms with 8 warps, 0.35 with 16, against 0.39 ms
-# for its two parts).
-LOOPED_TRIALS = ({"num_warps": 16},)
+# for its two parts). 32 warps (1024 threads) leave room for fewer programs per SM, so fewer rows are
+# in flight and a fused second pass over a long row finds it still in L2 (H100, 2026-11-24, GPT-2's
+# log-softmax over 50257 in one kernel: 1256 us on 16 warps, 1064 on 32; its two parts 1203).
+LOOPED_TRIALS = ({"num_warps": 16}, {"num_warps": 32})
 FUSION_SHARE = 0.5  # of autotune_budget_s
 
 

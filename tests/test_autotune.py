@@ -101,6 +101,15 @@ def test_a_looped_row_is_tried_with_a_step_twice_as_long_on_16_warps():
     assert kernel.config | {"RBLOCK": 2 * rblock, "num_warps": 16} in candidate_configs(kernel)
 
 
+def test_a_looped_row_is_tried_on_32_warps():
+    """Fewer programs per SM keep a long row in L2 for its second pass (benchmark_fusion.LOOPED_TRIALS)."""
+    import torch
+
+    kernel = _first_kernel(lambda a: torch.log_softmax(a.float(), -1), torch.randn(64, 20000).to(torch.bfloat16))
+    assert not kernel.config["persistent"]
+    assert kernel.config | {"num_warps": 32} in candidate_configs(kernel)
+
+
 @pytest.mark.parametrize("options, expected", [
     ({"autotune": False}, "autotuning off"),
     ({"autotune_budget_s": 0}, "time budget"),
