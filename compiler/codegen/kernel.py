@@ -91,6 +91,7 @@ class KernelWriter(TritonMathOps):
         self._masks: list[str] = []
         self._counter = 0
         self._index_vars: dict[Expr, str] = {}
+        self._twins: dict[str, tuple[str, int]] = {}  # compiler.codegen.int_narrowing
         self._shared_caches = {"x": {}, "r": {}}
         self.pending_after: list[str] = []  # lines that must follow the loop just written
 
@@ -276,10 +277,15 @@ class KernelWriter(TritonMathOps):
         the row's shape (one rsqrt per row, not per element) and matches the x-section's value."""
         dtype = "float32" if dtype in ("bfloat16", "float16") else dtype
         shape = "[XBLOCK, 1]" if self.section.kind == "r" else self.section.shape
-        return self.emit(f"tl.full({shape}, {literal(value, dtype)}, {TL_DTYPES[dtype]})", dtype)
+        var = self.emit(f"tl.full({shape}, {literal(value, dtype)}, {TL_DTYPES[dtype]})", dtype)
+        if dtype == "int64":
+            self.note_constant(var, int(value))
+        return var
 
     def index_expr(self, expr: Expr, dtype: str) -> Var:
         text = self.index(expr)
+        if dtype == "int64" and self.index_dtype == "int32":
+            return self.narrow_index(text, expr)  # computed in int32, widened where needed
         return self.emit(f"({text}).to({TL_DTYPES[dtype]})", dtype)
 
     def to_dtype(self, x: Var, dtype: str) -> Var:
@@ -289,9 +295,15 @@ class KernelWriter(TritonMathOps):
             return x
         if dtype == "bool":
             return self.emit(f"{x} != 0", "bool")
+        narrow = self.narrow_cast(x, dtype)
+        if narrow is not None:
+            return narrow
         return self.emit(f"{x}.to({TL_DTYPES[dtype]})", dtype)
 
     def where(self, condition: Var, a: Var, b: Var) -> Var:
+        narrow = self.narrow_where(condition, a, b)
+        if narrow is not None:
+            return narrow
         return self.emit(f"tl.where({condition}, {a}, {b})", promote(a.dtype, b.dtype))
 
     def masked(self, mask: Var, body: Callable[[], Var], other: Any) -> Var:

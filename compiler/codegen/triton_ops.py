@@ -5,6 +5,7 @@ remainder with Python's signs). Mixed into `KernelWriter`, which supplies `emit`
 from __future__ import annotations
 
 
+from compiler.codegen.int_narrowing import NarrowIntegers
 from compiler.codegen.triton_helpers import PORTABLE_MATH
 from compiler.codegen.values import TL_DTYPES, Var, is_float, promote
 
@@ -13,7 +14,7 @@ class CodegenError(ValueError):
     """The group cannot be written for this target."""
 
 
-class TritonMathOps:
+class TritonMathOps(NarrowIntegers):
     portable_math: bool
     helpers: set[str]
 
@@ -44,7 +45,8 @@ class TritonMathOps:
     def sqrt(self, x): return self._unary("tl.sqrt({x})", x)
     def rsqrt(self, x): return self._unary("tl.rsqrt({x})", x)
     def abs(self, x): return self._unary("tl.abs({x})", x)
-    def neg(self, x): return self._unary("{x} * -1.0" if is_float(x.dtype) else "-{x}", x)  # Triton's -x is 0 - x: +0.0 for 0.0
+    def neg(self, x):  # Triton's -x is 0 - x: +0.0 for 0.0
+        return self.narrow_neg(x) or self._unary("{x} * -1.0" if is_float(x.dtype) else "-{x}", x)
     def sin(self, x): return self._unary("tl.sin({x})", x)
     def cos(self, x): return self._unary("tl.cos({x})", x)
     def tan(self, x): return self._math("tan", x)
@@ -78,18 +80,24 @@ class TritonMathOps:
     def _binary(self, template: str, a: Var, b: Var, dtype: str | None = None) -> Var:
         return self.emit(template.format(a=a, b=b), dtype or promote(a.dtype, b.dtype))
 
-    def add(self, a, b): return self._binary("{a} + {b}", a, b)
-    def sub(self, a, b): return self._binary("{a} - {b}", a, b)
-    def mul(self, a, b): return self._binary("{a} * {b}", a, b)
+    def add(self, a, b): return self._arithmetic("add", "{a} + {b}", a, b)
+    def sub(self, a, b): return self._arithmetic("sub", "{a} - {b}", a, b)
+    def mul(self, a, b): return self._arithmetic("mul", "{a} * {b}", a, b)
     def truediv(self, a, b): return self._binary("{a} / {b}", a, b)
     def pow(self, a, b): return self._math("pow", a, b)
     def atan2(self, a, b): return self._math("atan2", a, b)
-    def eq(self, a, b): return self._binary("{a} == {b}", a, b, "bool")
-    def ne(self, a, b): return self._binary("{a} != {b}", a, b, "bool")
-    def lt(self, a, b): return self._binary("{a} < {b}", a, b, "bool")
-    def le(self, a, b): return self._binary("{a} <= {b}", a, b, "bool")
-    def gt(self, a, b): return self._binary("{a} > {b}", a, b, "bool")
-    def ge(self, a, b): return self._binary("{a} >= {b}", a, b, "bool")
+    def _compare(self, operator: str, a: Var, b: Var) -> Var:
+        return self.narrow_compare(operator, a, b) or self._binary(f"{{a}} {operator} {{b}}", a, b, "bool")
+
+    def _arithmetic(self, op: str, template: str, a: Var, b: Var) -> Var:
+        return self.narrow_arithmetic(op, a, b) or self._binary(template, a, b)
+
+    def eq(self, a, b): return self._compare("==", a, b)
+    def ne(self, a, b): return self._compare("!=", a, b)
+    def lt(self, a, b): return self._compare("<", a, b)
+    def le(self, a, b): return self._compare("<=", a, b)
+    def gt(self, a, b): return self._compare(">", a, b)
+    def ge(self, a, b): return self._compare(">=", a, b)
     def logical_and(self, a, b): return self._binary("({a} != 0) & ({b} != 0)", a, b, "bool")
     def logical_or(self, a, b): return self._binary("({a} != 0) | ({b} != 0)", a, b, "bool")
     def logical_xor(self, a, b): return self._binary("({a} != 0) ^ ({b} != 0)", a, b, "bool")
@@ -102,16 +110,19 @@ class TritonMathOps:
     def maximum(self, a, b):
         if is_float(promote(a.dtype, b.dtype)):
             return self._binary("tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})", a, b)
-        return self._binary("tl.maximum({a}, {b})", a, b)
+        return self._arithmetic("maximum", "tl.maximum({a}, {b})", a, b)
 
     def minimum(self, a, b):
         if is_float(promote(a.dtype, b.dtype)):
             return self._binary("tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})", a, b)
-        return self._binary("tl.minimum({a}, {b})", a, b)
+        return self._arithmetic("minimum", "tl.minimum({a}, {b})", a, b)
 
     def floordiv(self, a, b):
         if is_float(promote(a.dtype, b.dtype)):
             return self._binary("tl.floor({a} / {b})", a, b)
+        narrow = self.narrow_floordiv(a, b)
+        if narrow is not None:
+            return narrow
         # the same result whether `//` truncates (GPU) or floors (interpreter): work on magnitudes
         magnitude = self._binary("tl.abs({a}) // tl.abs({b})", a, b)
         inexact = self.emit(f"{magnitude} * tl.abs({b}) != tl.abs({a})", "bool")
