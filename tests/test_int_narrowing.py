@@ -44,3 +44,17 @@ def test_negative_positions_compare_correctly():
     """An index expression that goes negative (the window before the first one) stays signed."""
     x = torch.randn(3, 29)
     compile_and_check(lambda x: torch.where(torch.arange(29) - 7 >= -3, x, 0.0), x)
+
+
+def test_small_integers_widened_to_int64_compute_in_int32():
+    """A max-pool's saved int8 window offsets decoded to flat int64 positions, negative offsets
+    included (Python's floor division and remainder signs): no int64 division is left."""
+    offsets = torch.randint(-128, 128, (5, 7, 9), dtype=torch.int8)
+
+    def decode(offsets):
+        wide = offsets.to(torch.int64)
+        return (wide // 3 - 1) * 112 + torch.remainder(wide, 3) + torch.arange(9) * 2
+
+    source = _source(compile_and_check(decode, offsets))
+    assert "// 3" in source and "tl.abs(tmp" in source
+    assert not re.search(r"// tl\.abs", source)

@@ -28,6 +28,7 @@ from compiler.indexing import Expr, upper_bound
 # kernel's ranges (rindex from -15), which the bound does not see.
 NARROW_LIMIT = 1 << 30
 _NARROW_INT_DTYPES = ("int32", "int16", "int8", "uint8")
+_DTYPE_BOUNDS = {"int8": 128, "uint8": 255, "int16": 1 << 15, "int32": 1 << 31}  # of |value|
 _ARITHMETIC: dict[str, tuple[str, Callable[[int, int], int]]] = {
     "add": ("{a} + {b}", lambda a, b: a + b),
     "sub": ("{a} - {b}", lambda a, b: a + b),
@@ -107,6 +108,14 @@ class NarrowIntegers:
     def narrow_neg(self, x: Var) -> Var | None:
         twin = self._twins.get(x.name)
         return None if twin is None else self._widen(self.emit(f"-{twin[0]}", "int32"), twin[1])
+
+    def narrow_widen(self, x: Var) -> Var | None:
+        """A narrower integer cast to int64 (a max-pool's saved int8 window offsets): its int32
+        value is its twin, bounded by its dtype."""
+        if x.dtype not in _DTYPE_BOUNDS:
+            return None
+        narrow = x if x.dtype == "int32" else self.emit(f"{x}.to(tl.int32)", "int32")
+        return self._widen(narrow, _DTYPE_BOUNDS[x.dtype])
 
     def narrow_cast(self, x: Var, dtype: str) -> Var | None:
         """An int64 twinned value cast to a narrower integer: the twin's low bits are the same."""

@@ -295,7 +295,7 @@ class KernelWriter(TritonMathOps):
             return x
         if dtype == "bool":
             return self.emit(f"{x} != 0", "bool")
-        narrow = self.narrow_cast(x, dtype)
+        narrow = self.narrow_cast(x, dtype) or (self.narrow_widen(x) if dtype == "int64" else None)
         if narrow is not None:
             return narrow
         return self.emit(f"{x}.to({TL_DTYPES[dtype]})", dtype)
