@@ -69,6 +69,15 @@ class GroupMapping:
         rindex = [mapping.apply(_var("r", i, s), self.bounds) for i, s in enumerate(node.reduction_ranges)]
         return index, rindex
 
+    def with_xindex(self, flat: Expr, numel: int, rnumel: int) -> GroupMapping:
+        """The same points walked another way: each node's xindex replaced by `flat`, an expression
+        of the new kernel's (xindex, rindex) over numel x rnumel (a 2D tiling, another row order)."""
+        bounds = {XINDEX: numel, RINDEX: rnumel}
+        nodes = {name: NodeMapping({s: simplify_index(e.xreplace({XINDEX: flat}), bounds)
+                                    for s, e in m.substitutions.items()})
+                 for name, m in self.nodes.items()}
+        return GroupMapping(numel, rnumel, nodes)
+
     def uses_rindex(self, node: ComputeNode) -> bool:
         return any(RINDEX in e.free_symbols for e in self.nodes[node.name].substitutions.values())
 

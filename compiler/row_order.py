@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 
 from compiler.dependencies import MemoryDep, ReadWrites
-from compiler.indexing import RINDEX, XINDEX, flatten, simplify_index, unflatten
-from compiler.loop_mapping import GroupMapping, NodeMapping
+from compiler.indexing import RINDEX, XINDEX, flatten, unflatten
+from compiler.loop_mapping import GroupMapping
 from compiler.tiling import unit_steps
 
 ROW_ORDER_MIN_GAIN = 1 / 8
@@ -40,6 +40,8 @@ def choose_row_order(nodes: list, mapping: GroupMapping, read_writes: dict[str, 
     if len(sizes) < 2 or math.prod(sizes) != mapping.numel:
         return None
     total, best_score = _coalesced_bytes(nodes, mapping, read_writes, itemsize, internal)
+    if best_score == total:
+        return None  # every access is contiguous already: no order gains
     best: tuple[GroupMapping, int] | None = None
     for inner in range(len(sizes) - 1):
         if not 4 <= sizes[inner] <= MAX_ROW_BLOCK:  # narrower dims are not contiguous over most of a block
@@ -55,13 +57,8 @@ def choose_row_order(nodes: list, mapping: GroupMapping, read_writes: dict[str, 
 def reorder_rows(mapping: GroupMapping, sizes: list[int], order: list[int]) -> GroupMapping:
     """The same mapping with its rows walked in `order` (dims of `sizes`, outermost first):
     each node's old flat row index is rewritten in terms of the new one."""
-    bounds = mapping.bounds
     digits = dict(zip(order, unflatten(XINDEX, [sizes[d] for d in order])))
-    old_flat = flatten([digits[d] for d in range(len(sizes))], sizes)
-    nodes = {name: NodeMapping({s: simplify_index(e.xreplace({XINDEX: old_flat}), bounds)
-                                for s, e in m.substitutions.items()})
-             for name, m in mapping.nodes.items()}
-    return GroupMapping(mapping.numel, mapping.rnumel, nodes)
+    return mapping.with_xindex(flatten([digits[d] for d in range(len(sizes))], sizes), mapping.numel, mapping.rnumel)
 
 
 def _coalesced_bytes(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],

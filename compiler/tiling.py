@@ -18,8 +18,8 @@ import numpy as np
 
 from compiler.dependencies import MemoryDep, ReadWrites
 from compiler.index_points import evaluate
-from compiler.indexing import RINDEX, XINDEX, simplify_index
-from compiler.loop_mapping import GroupMapping, NodeMapping, memory_order
+from compiler.indexing import RINDEX, XINDEX
+from compiler.loop_mapping import GroupMapping, memory_order
 
 MIN_TILED_NUMEL = 1024
 MAX_GRID_Y = 65535
@@ -46,12 +46,7 @@ def choose_tiling(nodes: list, mapping: GroupMapping, read_writes: dict[str, Rea
 
 def retile(mapping: GroupMapping, outer: int, inner: int) -> GroupMapping:
     """The same mapping with the flat index written as xindex * inner + rindex."""
-    bounds = {XINDEX: outer, RINDEX: inner}
-    flat = XINDEX * inner + RINDEX
-    nodes = {name: NodeMapping({s: simplify_index(e.xreplace({XINDEX: flat}), bounds)
-                                for s, e in m.substitutions.items()})
-             for name, m in mapping.nodes.items()}
-    return GroupMapping(outer, inner, nodes)
+    return mapping.with_xindex(XINDEX * inner + RINDEX, outer, inner)
 
 
 def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, ReadWrites],
