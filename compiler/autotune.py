@@ -48,6 +48,9 @@ LOOPED_RBLOCK_MIN = 1024  # a persistent row of 2048+ elements is also tried as 
 # bf16 split in 32: 128 programs of 128 columns on one warp 17.1 us in a cold replay, 1024
 # programs 9.7); the floor stays as a trial not worth its time.
 MIN_PROGRAMS = 256
+# (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py). Pipelining its
+# loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards).
+MIXED_VARIANTS = ((1, 1), (1, 4), (2, 1), (2, 2), (4, 4), (4, 8), (8, 4))
 
 
 class TuningCache(Protocol):
@@ -112,11 +115,15 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     if base.get("tiled"):
         variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32))] + [{"num_warps": 8}]
         variants += [{"XBLOCK": x, "RBLOCK": r, "num_warps": 8} for x, r in ((64, 128), (128, 64))]
+    elif base.get("mix_rows"):  # rows per step and warps; the rows per program are the split's
+        variants = [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
         variants = [{"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
                     {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 128, "RBLOCK": 16, "num_warps": 8},
                     # a warp across 128-256 columns, a step's rows in its threads (see heuristics.outer_warps)
-                    {"XBLOCK": 128, "RBLOCK": 8, "num_warps": 1}, {"XBLOCK": 256, "RBLOCK": 8, "num_warps": 2}]
+                    {"XBLOCK": 128, "RBLOCK": 8, "num_warps": 1}, {"XBLOCK": 256, "RBLOCK": 8, "num_warps": 2},
+                    # few columns (a mixed-order kernel's final pass): narrow blocks, more programs
+                    {"XBLOCK": 4, "RBLOCK": 256}, {"XBLOCK": 8, "RBLOCK": 128}, {"XBLOCK": 8, "RBLOCK": 64, "num_warps": 2}]
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
     elif base["persistent"] and base.get("outer"):  # few rows, many columns: columns per warp matter most

@@ -116,7 +116,7 @@ def map_group(nodes: list[ComputeNode], read_writes: dict[str, ReadWrites]) -> G
         if not progress:
             raise FusionRefused(f"no shared access maps {pending[0].name} into the kernel's loops")
     group = GroupMapping(numel, rnumel, mapped)
-    _check_consistent(nodes, group, read_writes)
+    check_consistent(nodes, group, read_writes)
     return group
 
 
@@ -187,7 +187,7 @@ def _row_split_mapping(node: ComputeNode, bounds: dict[sympy.Symbol, int]) -> No
     make the kernel's rows and trailing dims one row, laid out row-major: its leading dims go on
     xindex, its trailing dims on rindex. Such a node shares only per-row buffers with the
     reduction (a cross entropy's backward reads the row's target and the row sum it uses), so no
-    access inverts onto both loops; _check_consistent then confirms every shared read."""
+    access inverts onto both loops; check_consistent then confirms every shared read."""
     if node.is_reduction or bounds[RINDEX] == 1 or memory_order(node) != list(range(len(node.ranges))):
         return None
     for split in range(len(node.ranges) + 1):
@@ -246,7 +246,7 @@ def _invert_cached(space: tuple[tuple[sympy.Symbol, int], ...], access: Expr, ke
     return NodeMapping(substitutions)
 
 
-def _check_consistent(nodes: list[ComputeNode], group: GroupMapping, read_writes: dict[str, ReadWrites]) -> None:
+def check_consistent(nodes: list[ComputeNode], group: GroupMapping, read_writes: dict[str, ReadWrites]) -> None:
     """Every read of a buffer written in the group must read, at each kernel point, the element
     written there; a buffer written twice (in-place updates) must be written at the same element."""
     writes: dict[str, tuple[str, Expr]] = {}

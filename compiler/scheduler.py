@@ -8,8 +8,10 @@ dropped. Fusion then runs in rounds: candidate pairs are nodes that share a buff
 refuses extern nodes, groups past the size limit, fusions that would create a cycle
 and groups whose loops cannot share one kernel (`loop_mapping`); the legal pairs are
 taken best first by `FusionState.score` (bytes saved, then proximity). Every refusal is
-recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`. The fused steps,
-in program order, are last reordered where that lowers the peak memory (`memory_order`).
+recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`. After the rounds, a
+column sum's partial pass joins the row reduction over the same rows (`fuse_mixed_orders`,
+compiler/mixed_order.py). The fused steps, in program order, are last reordered where that
+lowers the peak memory (`memory_order`).
 
 Whole-model graphs have tens of thousands of nodes, so nothing here walks the whole graph
 per pair or per fusion: the dependencies between steps live in a `StepGraph` whose ranks
@@ -36,6 +38,7 @@ from compiler.graph import ITEMSIZES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.memory_order import draws_random_numbers, reorder_for_peak_memory
+from compiler.mixed_order import is_column_pass, is_row_pass, mix_chunk, mixed_group_mapping
 from compiler.options import CompileOptions
 from compiler.inline_gathers import gathered_producers, inline_gathered_producers
 from compiler.split_reductions import split_reductions
@@ -76,6 +79,8 @@ class KernelGroup:
     internal: set[str] = field(default_factory=set)  # written here, read nowhere else: never allocated
     tiled: bool = False  # a pointwise group walked in 2D tiles (mapping: xindex over rows, rindex over columns)
     row_block: int = 1  # rows a program needs at least (compiler.row_order: accesses contiguous across rows)
+    mix_rows: int = 0  # a mixed-order kernel's rows per program (compiler.mixed_order); 0: not one
+    column_nodes: frozenset[str] = frozenset()  # a mixed-order kernel's reductions along its columns
 
     @property
     def numel(self) -> int:
@@ -163,7 +168,8 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
             tiled = choose_tiling(step.nodes, step.mapping, read_writes, itemsize)
             if tiled is not None:
                 step.mapping, step.tiled = tiled, True
-            reordered = choose_row_order(step.nodes, step.mapping, read_writes, itemsize, step.internal)
+            reordered = None if step.mix_rows else choose_row_order(step.nodes, step.mapping, read_writes,
+                                                                    itemsize, step.internal)
             if reordered is not None:
                 step.mapping, step.row_block = reordered
     for i, step in enumerate(s for s in steps if isinstance(s, KernelGroup)):
@@ -331,8 +337,75 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
             changed = True
         if not changed:
             break
+    fuse_mixed_orders(state, read_writes, program, options, log, judge)
     fuse_small_siblings(state, read_writes, options, log)
     return state.steps()
+
+
+def fuse_mixed_orders(state: "FusionState", read_writes: dict[str, ReadWrites], program: Program,
+                      options: CompileOptions, log: "FusionLog", judge: Any = None) -> None:
+    """Runs each column sum's partial pass inside the row reduction over the same rows
+    (compiler.mixed_order), once the rounds have fused everything else: a mixed kernel takes no
+    further fusion. Pairs are found by size: a row group of N rows x C and a column group of
+    (N / CH) * C outputs of CH rows each, CH = mix_chunk(N, C) (split_reductions split the column
+    sums to that size)."""
+    columns: dict[tuple[int, int], list[KernelGroup]] = {}
+    for step in state.steps():
+        if isinstance(step, KernelGroup) and is_column_pass(step):
+            columns.setdefault((step.numel, step.rnumel), []).append(step)
+    for row in [s for s in state.steps() if isinstance(s, KernelGroup) and is_row_pass(s)]:
+        chunk = mix_chunk(row.numel, row.rnumel)  # split_reductions cut the column sums to fit it
+        partners = columns.get(((row.numel // chunk) * row.rnumel, chunk), []) if chunk else []
+        for column in partners:
+            if column is row or not state.is_alive(row, column) or not state.accessed[id(column)] & state.accessed[id(row)]:
+                continue
+            group = _mixed_group(row, column, chunk, state, read_writes, log)
+            verdict = judge(row, column, group, read_writes, program) if judge and group else None
+            if verdict is not None:
+                log.benchmarked.append(verdict[1])
+                if not verdict[0]:
+                    log.refuse(row, column, verdict[1]["reason"])
+                    continue
+            if group is not None:
+                log.fused.append({"node1": row.name, "node2": column.name, "bytes_saved": state.score(row, column)[0]})
+                state.replace(row, column, group)
+                _fuse_final_passes(state, group, read_writes, options, log)
+                break
+
+
+def _fuse_final_passes(state: "FusionState", mixed: KernelGroup, read_writes: dict[str, ReadWrites],
+                       options: CompileOptions, log: "FusionLog") -> None:
+    """One kernel for the final passes over a mixed kernel's partial column sums (a LayerNorm's
+    weight and bias gradients): they share no buffer, so the rounds never paired them."""
+    partials = set().union(*(read_writes[n].write_buffers() for n in mixed.column_nodes))
+    finals = sorted((s for s in state.steps() if isinstance(s, KernelGroup) and s is not mixed
+                     and any(read_writes[n].read_buffers() & partials for n in s.node_names)), key=lambda s: s.order)
+    current = finals[0] if finals else None
+    for final in finals[1:]:
+        reason, group = can_fuse(current, final, state.graph, read_writes, options) \
+            if (final.numel, final.rnumel) == (current.numel, current.rnumel) else ("", None)
+        if group is None:
+            current = final
+            continue
+        log.fused.append({"node1": current.name, "node2": final.name, "bytes_saved": 0})
+        state.replace(current, final, group)
+        current = group
+
+
+def _mixed_group(row: KernelGroup, column: KernelGroup, chunk: int, state: "FusionState",
+                 read_writes: dict[str, ReadWrites], log: "FusionLog") -> KernelGroup | None:
+    if state.graph.creates_cycle(id(row), id(column)):
+        log.refuse(row, column, "fusing would create a cycle: a path leaves the group and re-enters it")
+        return None
+    try:
+        mapping = mixed_group_mapping(row, column, chunk, read_writes)
+    except FusionRefused as why:
+        log.refuse(row, column, str(why))
+        return None
+    nodes = sorted(row.nodes + column.nodes, key=lambda n: program_order(n.name))
+    return KernelGroup(f"{row.name}+{column.name}", nodes, mapping, min(row.order, column.order),
+                       max(row.last, column.last), mix_rows=chunk,
+                       column_nodes=frozenset(n.name for n in column.nodes if n.is_reduction))
 
 
 def fuse_small_siblings(state: "FusionState", read_writes: dict[str, ReadWrites], options: CompileOptions,
@@ -387,6 +460,10 @@ class FusionState:
 
     def steps(self) -> list[Step]:
         return list(self.alive.values())
+
+    def is_alive(self, *steps: Step) -> bool:
+        """Whether none of `steps` was fused away."""
+        return all(id(s) in self.alive for s in steps)
 
     def replace(self, first: Step, second: Step, group: KernelGroup) -> None:
         del self.alive[id(first)], self.alive[id(second)]
@@ -445,6 +522,8 @@ def can_fuse(first: Step, second: Step, graph: StepGraph, read_writes: dict[str,
     """(reason, None) when the pair cannot share a kernel, else ("", the fused group)."""
     if isinstance(first, ExternStep) or isinstance(second, ExternStep):
         return "extern nodes run as ATen calls and never fuse", None
+    if first.mix_rows or second.mix_rows:
+        return "a mixed-order kernel (a row and a column reduction) takes no further fusion", None
     if len(first.nodes) + len(second.nodes) > options.max_fusion_size:
         return f"the group would hold {len(first.nodes) + len(second.nodes)} nodes, over max_fusion_size={options.max_fusion_size}", None
     # checked on the current groups, not on single nodes: two fusions that are each fine alone

@@ -10,6 +10,10 @@ of elements) splits into equal chunks, each a welford reduction of its own, then
 combine them: mean = mean of the chunk means, M2 = sum of the chunk M2s + chunk size * sum of the
 squared distances of the chunk means to the mean (the parallel variance formula, exact for equal
 chunks). argmax/argmin stay whole.
+
+A column sum over the rows of a row reduction that reads the same input (a LayerNorm backward's
+weight gradient beside its input gradient) splits into chunks of CH rows instead, CH chosen by
+compiler/mixed_order.py: the scheduler can then run its partial pass inside the row kernel.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import replace
 
 from compiler.indexing import unflatten
 from compiler.ir import ComputeNode, Layout, Program, Store
+from compiler.mixed_order import MIXABLE, mix_chunk
 
 SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
 MIN_CHUNK = 1024  # each partial of a row reduction still reduces at least this many contiguous elements
@@ -42,6 +47,7 @@ FULL_OUTER_PROGRAMS = 1056
 ELEMENTS_PER_US = 1_500_000  # bf16 elements streamed per microsecond at ~3 TB/s
 LAUNCH_US = 3.0  # what the second kernel of a split costs beyond its bytes (launch, tail, partials)
 MAX_FACTOR = 1024
+SOURCE_DEPTH = 8  # pointwise producers followed back to find a column and a row reduction's shared input
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
 
@@ -93,10 +99,11 @@ def is_outer(node: ComputeNode) -> bool:
 def split_reductions(program: Program) -> None:
     """Rewrites qualifying reductions in place (program.nodes and program.buffers)."""
     rewritten: list = []
+    mixed = mixed_order_factors(program)
     for node in program.nodes:
         factor = 1
         if isinstance(node, ComputeNode) and node.is_reduction:
-            factor = split_factor(node.numel, node.rnumel, is_outer(node))
+            factor = mixed.get(node.name) or split_factor(node.numel, node.rnumel, is_outer(node))
         if factor > 1 and _splittable_welford(node):
             while node.rnumel % factor:  # welford's chunks must be equal: a factor dividing the row
                 factor //= 2
@@ -110,6 +117,48 @@ def split_reductions(program: Program) -> None:
     program.nodes[:] = rewritten
     for i, node in enumerate(program.nodes):  # node names encode program order
         node.name = f"op{i}"
+
+
+def mixed_order_factors(program: Program) -> dict[str, int]:
+    """Split factors of the column sums that a row reduction over the same rows shares an input
+    with (read directly or through pointwise work): rows / CH, so that each partial covers the CH
+    rows of one mixed kernel's program."""
+    reductions = [n for n in program.nodes if isinstance(n, ComputeNode) and n.is_reduction]
+    sources = _SourceBuffers(program)
+    row_sources: dict[tuple[int, int], set[str]] = {}
+    for node in reductions:
+        if node.rnumel > 1 and not is_outer(node):
+            row_sources.setdefault((node.numel, node.rnumel), set()).update(sources.of(node))
+    factors: dict[str, int] = {}
+    for node in reductions:
+        shared = row_sources.get((node.rnumel, node.numel))
+        if not shared or node.reduction_type not in MIXABLE or len(node.stores) != 1 or not is_outer(node):
+            continue
+        chunk = mix_chunk(node.rnumel, node.numel)
+        if chunk is not None and sources.of(node) & shared:
+            factors[node.name] = node.rnumel // chunk
+    return factors
+
+
+class _SourceBuffers:
+    """The buffers a node reads, and those that pointwise work producing them reads, up to
+    SOURCE_DEPTH producers back: a column sum of dy and a row sum of dy * w share dy."""
+
+    def __init__(self, program: Program) -> None:
+        from compiler.dependencies import extract_read_writes
+
+        self._reads = extract_read_writes
+        self._producer = {s.buffer.name: n for n in program.nodes if isinstance(n, ComputeNode)
+                          and not n.is_reduction for s in n.stores}
+
+    def of(self, node: ComputeNode) -> set[str]:
+        found = set(self._reads(node).read_buffers())
+        frontier = set(found)
+        for _ in range(SOURCE_DEPTH):
+            producers = {self._producer[b].name: self._producer[b] for b in frontier if b in self._producer}
+            frontier = set().union(*(self._reads(p).read_buffers() for p in producers.values())) - found
+            found |= frontier
+        return found
 
 
 def _split(program: Program, node: ComputeNode, factor: int) -> list[ComputeNode]:

@@ -103,8 +103,8 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
     """The group's kernel with the heuristics' launch config, or with `config` (autotuning's
     persistent-or-looped candidates need their own source)."""
     config = config or launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
-                                                 is_outer_reduction(group, schedule.read_writes), group.tiled,
-                                                 group.row_block), target)
+                                                 not group.mix_rows and is_outer_reduction(group, schedule.read_writes),
+                                                 group.tiled, group.row_block, group.mix_rows), target)
     buffers = schedule.program.buffers
     touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
                             for n in group.node_names))
@@ -112,7 +112,8 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
     writes = set().union(*(schedule.read_writes[n].write_buffers() for n in group.node_names))
     writer = KernelWriter(group.name, group.numel, group.rnumel, group.is_reduction, config["persistent"],
                           "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu",
-                          tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=not config.get("outer"))
+                          tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=not config.get("outer"),
+                          mix_rows=group.mix_rows)
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
     source, arguments = assemble(writer, dropped_stores(writer, group))
     return KernelSource(

@@ -66,6 +66,10 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
             if node.name in online:
                 row_max, row_sum = writer.online_softmax(value, value.dtype)
                 pending_reductions += [(node, [row_max]), (by_name[online[node.name]], [row_sum])]
+            elif node.name in group.column_nodes:
+                for store in node.stores:
+                    writer.store_after_rows(store.buffer.name, store.layout.index(index),
+                                            writer.reduce_columns(node.reduction_type, value, value.dtype))
             elif node.is_reduction:
                 accumulate = "float32" if node.reduction_type == "welford" and value.dtype != "float64" else value.dtype
                 pending_reductions.append((node, writer.reduce(node.reduction_type, value, accumulate)))
@@ -128,6 +132,8 @@ def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
         lines += ["", HELPERS.get(helper) or PORTABLE_MATH[helper]]
     signature = ", ".join([writer.pointers[b] for b in used] + ["xnumel: tl.constexpr", "rnumel: tl.constexpr",
                                                                   "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
+    if writer.mix_rows:
+        return _assemble_mixed(writer, dropped, lines, signature), used
     body = _prologue(writer) + writer.setup
     loop_headers = _loop_headers(writer)
     ordered = _loads_first(writer)
@@ -144,6 +150,26 @@ def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
     body += writer.pending_after
     source = "\n".join(lines + ["", "", "@triton.jit", f"def {writer.name}({signature}):"] + [f"    {line}" for line in body])
     return source + "\n", used
+
+
+def _assemble_mixed(writer: KernelWriter, dropped: set[str], lines: list[str], signature: str) -> str:
+    """A mixed-order kernel (compiler/mixed_order.py): the persistent row kernel's straight-line
+    code in a loop over the program's rows, XBLOCK at a time, between the column sums' set-up and
+    their stores."""
+    program_id = "tl.program_id(0).to(tl.int64)" if writer.index_dtype == "int64" else "tl.program_id(0)"
+    arange = "tl.arange(0, {n}).to(tl.int64)" if writer.index_dtype == "int64" else "tl.arange(0, {n})"
+    body = [f"pid = {program_id}", f"rindex = {arange.format(n='RBLOCK')}[None, :]", RMASK,
+            f"tl.static_assert({writer.mix_rows} % XBLOCK == 0)"]  # a step never reaches the next program's rows
+    body += writer.before_rows
+    body.append(f"for xstep in range(0, {writer.mix_rows}, XBLOCK):")
+    rows = [f"xindex = pid * {writer.mix_rows} + xstep + {arange.format(n='XBLOCK')}[:, None]", XMASK,
+            "rxmask = rmask & xmask"] + writer.setup
+    for i, section in enumerate(_loads_first(writer)):
+        rows += [line for line in (_render(line, dropped, eviction_policy(writer, writer.sections[i].kind, line, set()))
+                                   for line in section) if line is not None]
+    body += [f"    {line}" for line in rows + writer.pending_after]
+    body += writer.after_rows
+    return "\n".join(lines + ["", "", "@triton.jit", f"def {writer.name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
 
 
 def _loads_first(writer: KernelWriter) -> list[list[str | StoreLine | LoadLine]]:

@@ -21,6 +21,10 @@ CPU_BLOCK_ELEMENTS = 4096
 # with the residual add 22.6 (23.3), LLaMA's RMSNorm of 4096 x 1024 16.2 (best 16.1), ViT's
 # 6304 x 768 19.1 (best 18.0, 4 rows on 1 warp): the best or within 6 %; autotuning still varies it.
 ONE_WARP_ROWS = (256, 1024)
+OUTER_MIN_PROGRAMS = 256
+# A mixed-order kernel's [XBLOCK, RBLOCK] step (compiler/mixed_order.py): 2 rows of 1024 on 4 warps
+# were the best or within 3 % of it for BERT's, GPT-2's and ViT's LayerNorm backwards (H100, 2026-11-24).
+MIXED_STEP_ELEMENTS = 2048
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class KernelShape:
     outer: bool = False  # the reduction reads along x contiguously (column-like)
     tiled: bool = False  # a 2D-tiled pointwise kernel
     row_block: int = 1  # rows a program needs at least (their accesses are contiguous across rows)
+    mix_rows: int = 0  # a mixed-order kernel's rows per program (compiler/mixed_order.py)
 
 
 def next_power_of_2(n: int) -> int:
@@ -38,6 +43,8 @@ def next_power_of_2(n: int) -> int:
 
 
 def launch_config(shape: KernelShape, target: str) -> dict:
+    if shape.mix_rows:
+        return _mixed_config(shape, target)
     if shape.tiled:
         return _config(min(64, next_power_of_2(shape.numel)), min(64, next_power_of_2(shape.rnumel)), 4, True) | {"tiled": True}
     if target == "cpu":
@@ -88,8 +95,13 @@ def _outer_config(shape: KernelShape) -> dict:
         # at least ~128 programs where there are columns enough (a second pass over split sums is small)
         xblock = min(columns, 1024, max(32, 2048 // rblock), max(32, columns // 128))
         return _config(xblock, rblock, outer_warps(xblock), True) | {"outer": True}
-    # 32 columns x 64 rows per step measured best for a column sum of 8192x4096 fp32 on an H200
-    return _config(min(columns, 32), 64, 4, False) | {"outer": True}
+    # 32 columns x 64 rows per step measured best for a column sum of 8192x4096 fp32 on an H200.
+    # Fewer columns than 32 x OUTER_MIN_PROGRAMS (the final pass over a mixed-order kernel's
+    # partial sums: 768 columns x 512 partials) take narrower blocks, so that the GPU still gets
+    # programs enough, and longer steps (H100, 2026-11-24: 32 columns, 24 programs, 8.4-9.8 us).
+    xblock = min(columns, 32, max(4, columns // OUTER_MIN_PROGRAMS))
+    rblock = max(64, min(next_power_of_2(shape.rnumel), 2048 // xblock))
+    return _config(xblock, rblock, 4, False) | {"outer": True}
 
 
 def outer_warps(xblock: int) -> int:
@@ -99,3 +111,13 @@ def outer_warps(xblock: int) -> int:
     memory (H100, 2026-11-23, a sum over 8 rows of 8 x 1024 x 768 bf16: 256 columns with 1 warp
     21.6 us, with 4 warps 39.9 us; 1024 columns with 4 warps 21.4 us)."""
     return max(1, min(8, xblock // 256))
+
+
+def _mixed_config(shape: KernelShape, target: str) -> dict:
+    """A mixed-order kernel: its whole row in registers (RBLOCK), XBLOCK of its program's mix_rows
+    rows per step (a power of two that divides them)."""
+    rblock = next_power_of_2(shape.rnumel)
+    elements = CPU_BLOCK_ELEMENTS if target == "cpu" else MIXED_STEP_ELEMENTS
+    xblock = max(1, min(shape.mix_rows & -shape.mix_rows, elements // rblock))
+    num_warps = 4 if target == "cpu" else min(16, max(1, xblock * rblock // 512))
+    return _config(xblock, rblock, num_warps, True) | {"mix_rows": shape.mix_rows}

@@ -30,6 +30,7 @@ __all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError", "
 # it: 16 elements are 16 bytes or more for every dtype.
 ROW_ALIGN = 16
 RPOS = sympy.Symbol("rpos", integer=True, nonnegative=True)  # a lane's position in its aligned row window
+PID = sympy.Symbol("pid", integer=True, nonnegative=True)  # a mixed-order kernel's program id
 
 
 @dataclass
@@ -63,11 +64,15 @@ class Section:
 class KernelWriter(TritonMathOps):
     def __init__(self, name: str, numel: int, rnumel: int, is_reduction: bool, persistent: bool,
                  index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool,
-                 tiled: bool = False, unrounded: frozenset[str] = frozenset(), row_windows: bool = False) -> None:
+                 tiled: bool = False, unrounded: frozenset[str] = frozenset(), row_windows: bool = False,
+                 mix_rows: int = 0) -> None:
         """`unrounded`: buffers no other kernel reads (the group's internal ones). Their readers here
         get the float32 value itself, as Inductor's do: rounding it to a bf16/fp16 buffer's dtype would
         cost two conversions per element and value and make the result no more accurate.
-        `row_windows`: a looped inner reduction may walk misaligned rows in aligned windows (ROW_ALIGN)."""
+        `row_windows`: a looped inner reduction may walk misaligned rows in aligned windows (ROW_ALIGN).
+        `mix_rows`: a mixed-order kernel's rows per program (compiler/mixed_order.py): its sections
+        run in a loop over the program's rows, XBLOCK at a time, and `reduce_columns` sums along
+        the rows across that loop."""
         self.name = name
         self.row_windows = row_windows and is_reduction and not persistent and not tiled
         self.row_stride: int | None = None  # set once a row window is in use: the stride of its rows
@@ -94,6 +99,11 @@ class KernelWriter(TritonMathOps):
         self._twins: dict[str, tuple[str, int]] = {}  # compiler.codegen.int_narrowing
         self._shared_caches = {"x": {}, "r": {}}
         self.pending_after: list[str] = []  # lines that must follow the loop just written
+        self.mix_rows = mix_rows
+        if mix_rows:
+            self.bounds[PID] = max(1, -(-numel // mix_rows))
+        self.before_rows: list[str] = []  # a mixed-order kernel's lines before its loop over rows
+        self.after_rows: list[str] = []  # ...and after it: the column sums and their stores
 
     # --- sections -------------------------------------------------------------------
     def open_section(self, kind: str) -> Section:
@@ -254,7 +264,7 @@ class KernelWriter(TritonMathOps):
     def _stored_key(self, buffer: str, offset: str) -> str | tuple[str, str]:
         """The group's mapping checked that a read of a buffer the group writes reads, at every
         kernel point, the element written there, even where the two index texts differ (the
-        scheduler's `_check_consistent`): such a buffer is one value, whatever the offset text."""
+        loop mapping's `check_consistent`): such a buffer is one value, whatever the offset text."""
         return buffer if buffer in self.group_writes else (buffer, offset)
 
     def _as_read(self, buffer: str, value: Var) -> Var:
@@ -319,6 +329,28 @@ class KernelWriter(TritonMathOps):
         symbol = sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
         self.bounds[symbol] = size  # in range for valid indices, which lets index math simplify
         return symbol
+
+    # --- mixed-order kernels: sums along the rows of a program --------------------------
+    def reduce_columns(self, reduction_type: str, value: Var, dtype: str) -> Var:
+        """The sum of `value` over the program's rows, per column: [1, RBLOCK], usable after the
+        loop over rows only (`store_after_rows`)."""
+        if reduction_type != "sum" or not self.mix_rows:
+            raise CodegenError(f"a column {reduction_type} in a kernel that is no mixed-order one")
+        acc = self._fresh("colacc")
+        self.before_rows.append(f"{acc} = tl.zeros([XBLOCK, RBLOCK], {TL_DTYPES[dtype]})")
+        self.section.lines.append(f"{acc} = {acc} + tl.where(rxmask, {value}, 0)")
+        var = Var(self._fresh(), dtype)
+        self.after_rows.append(f"{var.name} = tl.sum({acc}, 0)[None, :]")
+        return var
+
+    def store_after_rows(self, buffer: str, index: Expr, value: Var) -> None:
+        """Stores a column sum once the program's rows are done, at `index` with the program's
+        first row for xindex (a column result's index depends on xindex only through xindex // CH)."""
+        at = simplify_index(index.xreplace({XINDEX: self.mix_rows * PID}), self.bounds)
+        if XINDEX in at.free_symbols:
+            raise CodegenError(f"a column result of {buffer} indexed by row: {index}")
+        dtype = self.buffer_dtypes[buffer]
+        self.after_rows.append(f"tl.store({self.pointer(buffer)} + {texpr(at)}, {self.cast(value, dtype)}, rmask)")
 
     # --- reductions -----------------------------------------------------------------
     def reduce(self, reduction_type: str, value: Var, dtype: str) -> list[Var]:

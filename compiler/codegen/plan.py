@@ -189,6 +189,8 @@ def _buffers_of(step: Any, kernels: dict[str, Any]) -> set[str]:
 def launch_grid(numel: int, rnumel: int, config: dict[str, Any]) -> list[int]:
     """Programs to launch: one per XBLOCK rows, times one per RBLOCK columns for a tiled kernel
     (a 1D grid: the kernel splits the program id, columns fastest; see codegen/group.py)."""
+    if config.get("mix_rows"):  # a mixed-order kernel: one program per mix_rows rows
+        return [-(-numel // config["mix_rows"]), 1, 1]
     tiles = -(-rnumel // config["RBLOCK"]) if config.get("tiled") else 1
     return [-(-numel // config["XBLOCK"]) * tiles, 1, 1]
 
