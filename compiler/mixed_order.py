@@ -26,7 +26,7 @@ from compiler.loop_mapping import FusionRefused, GroupMapping, NodeMapping, chec
 MIX_MAX_ROW = 4096
 # Programs a mixed kernel launches at least: one per CH rows, so rows per program shrink until
 # the GPU has this many (about four per SM of an H100 or H200). H100, 2026-11-24, LayerNorm
-# backwards (.gpu/exp/mix.py, graph replays on a cold L2, autotuned): BERT's 4096 x 768 with 256
+# backwards (mixing forced, graph replays on a cold L2, autotuned): BERT's 4096 x 768 with 256
 # programs of 16 rows 20.4 us, 512 of 8 19.3; GPT-2's 8192 x 768 32.4 and 30.0 (unmixed 19.9, 34.1).
 MIX_MIN_PROGRAMS = 512
 # Rows per program at least: each program writes one partial sum per column, so fewer rows mean

@@ -22,8 +22,9 @@ CPU_BLOCK_ELEMENTS = 4096
 # 6304 x 768 19.1 (best 18.0, 4 rows on 1 warp): the best or within 6 %; autotuning still varies it.
 ONE_WARP_ROWS = (256, 1024)
 OUTER_MIN_PROGRAMS = 256
-# A mixed-order kernel's [XBLOCK, RBLOCK] step (compiler/mixed_order.py): 2 rows of 1024 on 4 warps
-# were the best or within 3 % of it for BERT's, GPT-2's and ViT's LayerNorm backwards (H100, 2026-11-24).
+# A mixed-order kernel's [XBLOCK, RBLOCK] step (compiler/mixed_order.py): 2 rows of 1024 on 4 warps,
+# of 8 configs the best for GPT-2's LayerNorm backward, 4 % and 8 % behind the best for BERT's and
+# ViT's (H100, 2026-11-24; autotuning tries the others).
 MIXED_STEP_ELEMENTS = 2048
 
 
