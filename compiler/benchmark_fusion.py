@@ -48,7 +48,9 @@ LAUNCH_COST_MS = 0.003
 # in flight and a fused second pass over a long row finds it still in L2 (H100, 2026-11-24, GPT-2's
 # log-softmax over 50257 in one kernel: 1256 us on 16 warps, 1064 on 32; its two parts 1203).
 LOOPED_TRIALS = ({"num_warps": 16}, {"num_warps": 32})
-MIXED_TRIALS = ({"XBLOCK": 1, "num_warps": 2}, {"XBLOCK": 4, "num_warps": 8})  # a mixed-order kernel's
+# A mixed-order kernel (compiler/mixed_order.py) is also timed with one and four rows per step:
+# with its few programs, the step decides its speed more than anything else autotuning varies.
+MIXED_TRIALS = ({"XBLOCK": 1, "num_warps": 2}, {"XBLOCK": 4, "num_warps": 8})
 FUSION_SHARE = 0.5  # of autotune_budget_s
 
 
@@ -153,7 +155,7 @@ class FusionBenchmarker:
 
 def _trial_variants(kernel: Any) -> list[dict]:
     config = kernel.config
-    if config.get("mix_rows"):  # its programs are few: how many rows each step takes matters most
+    if config.get("mix_rows"):
         return [v for v in MIXED_TRIALS if config["mix_rows"] % v["XBLOCK"] == 0 and config | v != config]
     looped = kernel.rnumel > 1 and not config["persistent"] and not config.get("outer") and not config.get("tiled")
     return [v for v in LOOPED_TRIALS if config | v != config] if looped else []

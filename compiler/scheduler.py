@@ -378,18 +378,13 @@ def _fuse_final_passes(state: "FusionState", mixed: KernelGroup, read_writes: di
     """One kernel for the final passes over a mixed kernel's partial column sums (a LayerNorm's
     weight and bias gradients): they share no buffer, so the rounds never paired them."""
     partials = set().union(*(read_writes[n].write_buffers() for n in mixed.column_nodes))
-    finals = sorted((s for s in state.steps() if isinstance(s, KernelGroup) and s is not mixed
-                     and any(read_writes[n].read_buffers() & partials for n in s.node_names)), key=lambda s: s.order)
-    current = finals[0] if finals else None
-    for final in finals[1:]:
-        reason, group = can_fuse(current, final, state.graph, read_writes, options) \
-            if (final.numel, final.rnumel) == (current.numel, current.rnumel) else ("", None)
-        if group is None:
-            current = final
-            continue
-        log.fused.append({"node1": current.name, "node2": final.name, "bytes_saved": 0})
-        state.replace(current, final, group)
-        current = group
+    by_shape: dict[tuple[int, int], list[KernelGroup]] = {}
+    for step in sorted(state.steps(), key=lambda s: s.order):
+        if isinstance(step, KernelGroup) and step is not mixed and \
+                any(read_writes[n].read_buffers() & partials for n in step.node_names):
+            by_shape.setdefault((step.numel, step.rnumel), []).append(step)
+    for finals in by_shape.values():
+        _fuse_in_turn(finals, state, read_writes, options, log)
 
 
 def _mixed_group(row: KernelGroup, column: KernelGroup, chunk: int, state: "FusionState",
@@ -418,16 +413,24 @@ def fuse_small_siblings(state: "FusionState", read_writes: dict[str, ReadWrites]
         if isinstance(step, KernelGroup) and state.moved_bytes(step) <= SMALL_KERNEL_BYTES:
             by_shape.setdefault((step.numel, step.rnumel), []).append(step)
     for siblings in by_shape.values():
-        current = siblings[0]
-        for step in siblings[1:]:
-            reason, group = (can_fuse(current, step, state.graph, read_writes, options)
-                             if step.order - current.last <= SIBLING_DISTANCE else ("too far apart", None))
-            if group is None:
-                current = step
-                continue
-            log.fused.append({"node1": current.name, "node2": step.name, "bytes_saved": 0})
-            state.replace(current, step, group)
-            current = group
+        _fuse_in_turn(siblings, state, read_writes, options, log,
+                      lambda current, step: "too far apart" if step.order - current.last > SIBLING_DISTANCE else "")
+
+
+def _fuse_in_turn(steps: list[KernelGroup], state: "FusionState", read_writes: dict[str, ReadWrites],
+                  options: CompileOptions, log: "FusionLog", refusal: Any = lambda current, step: "") -> None:
+    """Fuses each of `steps` (in order) into the group the steps before it made, where `refusal`
+    (a reason, or "") and can_fuse allow; a step that cannot join starts the next group."""
+    current = steps[0]
+    for step in steps[1:]:
+        why = refusal(current, step)
+        _, group = (why, None) if why else can_fuse(current, step, state.graph, read_writes, options)
+        if group is None:
+            current = step
+            continue
+        log.fused.append({"node1": current.name, "node2": step.name, "bytes_saved": 0})
+        state.replace(current, step, group)
+        current = group
 
 
 class FusionState:

@@ -11,8 +11,11 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from compiler import mixed_order
+from compiler.autotune import candidate_configs
+from compiler.benchmark_fusion import _trial_variants
 from compiler.bounds import WorkLimits
 from compiler.codegen import generate
+from compiler.codegen.plan import launch_grid
 from compiler.fx_import import from_fx
 from compiler.lowering import lower
 from compiler.options import CompileOptions
@@ -149,6 +152,11 @@ def test_bert_sized_layer_norm_backward_schedules_one_mixed_kernel_for_the_gpu()
     assert "for xstep in range(0, 8, XBLOCK):" in kernel.source
     # the weight and bias gradients' inputs are loaded once, for both reductions
     assert kernel.source.count("tl.load(ptr_") == 5  # dy, x, w, mean, rstd
+    assert launch_grid(kernel.numel, kernel.rnumel, kernel.config) == [512, 1, 1]
+    # autotuning and the fusion judge vary the rows per step and the warps, never the rows per program
+    candidates = candidate_configs(kernel) + [kernel.config | v for v in _trial_variants(kernel)]
+    assert len(candidates) > 4
+    assert all(c["mix_rows"] == 8 and 8 % c["XBLOCK"] == 0 and c["persistent"] for c in candidates)
 
 
 def test_small_layer_norms_stay_two_kernels_for_the_gpu():
