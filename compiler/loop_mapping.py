@@ -69,11 +69,13 @@ class GroupMapping:
         rindex = [mapping.apply(_var("r", i, s), self.bounds) for i, s in enumerate(node.reduction_ranges)]
         return index, rindex
 
-    def with_xindex(self, flat: Expr, numel: int, rnumel: int) -> GroupMapping:
-        """The same points walked another way: each node's xindex replaced by `flat`, an expression
-        of the new kernel's (xindex, rindex) over numel x rnumel (a 2D tiling, another row order)."""
+    def with_xindex(self, flat: Expr, numel: int, rnumel: int, rindex: Expr = RINDEX) -> GroupMapping:
+        """The same points walked another way: each node's xindex replaced by `flat` (and its rindex
+        by `rindex`), expressions of the new kernel's (xindex, rindex) over numel x rnumel (a 2D
+        tiling, another row order, a column pass inside a row kernel: compiler/mixed_order.py)."""
         bounds = {XINDEX: numel, RINDEX: rnumel}
-        nodes = {name: NodeMapping({s: simplify_index(e.xreplace({XINDEX: flat}), bounds)
+        replaced = {XINDEX: flat, RINDEX: rindex}
+        nodes = {name: NodeMapping({s: simplify_index(e.xreplace(replaced), bounds)
                                     for s, e in m.substitutions.items()})
                  for name, m in self.nodes.items()}
         return GroupMapping(numel, rnumel, nodes)

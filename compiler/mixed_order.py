@@ -18,8 +18,8 @@ column group's own kernel indices (xindex', rindex') = (s * C + c, r) become
 from __future__ import annotations
 
 from compiler.dependencies import MemoryDep, ReadWrites
-from compiler.indexing import RINDEX, XINDEX, FloorDiv, ModularIndexing, simplify_index
-from compiler.loop_mapping import FusionRefused, GroupMapping, NodeMapping, check_consistent, same_index
+from compiler.indexing import RINDEX, XINDEX, FloorDiv, ModularIndexing
+from compiler.loop_mapping import FusionRefused, GroupMapping, check_consistent, same_index
 
 # A row of at most this many elements stays in registers, a few rows per step (GPU; the CPU
 # target's persistent limit is lower, see codegen/heuristics.py).
@@ -57,11 +57,9 @@ def mixed_group_mapping(row: "KernelGroup", column: "KernelGroup", chunk: int,
     if column.numel != (rows // chunk) * length or column.rnumel != chunk or rows % chunk:
         raise FusionRefused(f"{column.name} ({column.numel}x{column.rnumel}) is no partial column pass "
                             f"over {row.name}'s {rows} rows of {length}")
-    bounds = {XINDEX: rows, RINDEX: length}
-    compose = {XINDEX: FloorDiv(XINDEX, chunk) * length + RINDEX, RINDEX: ModularIndexing(XINDEX, 1, chunk)}
-    composed = {name: NodeMapping({s: simplify_index(e.xreplace(compose), bounds) for s, e in m.substitutions.items()})
-                for name, m in column.mapping.nodes.items()}
-    mapping = GroupMapping(rows, length, row.mapping.nodes | composed)
+    composed = column.mapping.with_xindex(FloorDiv(XINDEX, chunk) * length + RINDEX, rows, length,
+                                          rindex=ModularIndexing(XINDEX, 1, chunk))
+    mapping = GroupMapping(rows, length, row.mapping.nodes | composed.nodes)
     if not _reads_shared_element(row, column, mapping, read_writes):
         raise FusionRefused(f"{column.name} reads nothing {row.name} touches at the same element: not the same rows")
     nodes = row.nodes + column.nodes

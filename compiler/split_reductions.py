@@ -98,12 +98,13 @@ def is_outer(node: ComputeNode) -> bool:
 
 def split_reductions(program: Program) -> None:
     """Rewrites qualifying reductions in place (program.nodes and program.buffers)."""
+    outer = {n.name: is_outer(n) for n in program.nodes if isinstance(n, ComputeNode) and n.is_reduction}
+    mixed = mixed_order_factors(program, outer)
     rewritten: list = []
-    mixed = mixed_order_factors(program)
     for node in program.nodes:
         factor = 1
-        if isinstance(node, ComputeNode) and node.is_reduction:
-            factor = mixed.get(node.name) or split_factor(node.numel, node.rnumel, is_outer(node))
+        if node.name in outer:
+            factor = mixed.get(node.name) or split_factor(node.numel, node.rnumel, outer[node.name])
         if factor > 1 and _splittable_welford(node):
             while node.rnumel % factor:  # welford's chunks must be equal: a factor dividing the row
                 factor //= 2
@@ -119,44 +120,50 @@ def split_reductions(program: Program) -> None:
         node.name = f"op{i}"
 
 
-def mixed_order_factors(program: Program) -> dict[str, int]:
+def mixed_order_factors(program: Program, outer: dict[str, bool]) -> dict[str, int]:
     """Split factors of the column sums that a row reduction over the same rows shares an input
     with (read directly or through pointwise work): rows / CH, so that each partial covers the CH
-    rows of one mixed kernel's program."""
-    reductions = [n for n in program.nodes if isinstance(n, ComputeNode) and n.is_reduction]
+    rows of one mixed kernel's program. `outer`: is_outer of every reduction, by name."""
+    reductions = [n for n in program.nodes if n.name in outer]
+    columns: dict[tuple[int, int], list[ComputeNode]] = {}  # by (rows, row length) of their row partner
+    for node in reductions:
+        if outer[node.name] and node.reduction_type in MIXABLE and len(node.stores) == 1 \
+                and mix_chunk(node.rnumel, node.numel) is not None:
+            columns.setdefault((node.rnumel, node.numel), []).append(node)
     sources = _SourceBuffers(program)
     row_sources: dict[tuple[int, int], set[str]] = {}
-    for node in reductions:
-        if node.rnumel > 1 and not is_outer(node):
-            row_sources.setdefault((node.numel, node.rnumel), set()).update(sources.of(node))
-    factors: dict[str, int] = {}
-    for node in reductions:
-        shared = row_sources.get((node.rnumel, node.numel))
-        if not shared or node.reduction_type not in MIXABLE or len(node.stores) != 1 or not is_outer(node):
-            continue
-        chunk = mix_chunk(node.rnumel, node.numel)
-        if chunk is not None and sources.of(node) & shared:
-            factors[node.name] = node.rnumel // chunk
-    return factors
+    for node in reductions:  # only rows that some column sum could pair with are walked
+        key = (node.numel, node.rnumel)
+        if key in columns and node.rnumel > 1 and not outer[node.name]:
+            row_sources.setdefault(key, set()).update(sources.of(node))
+    return {node.name: node.rnumel // mix_chunk(node.rnumel, node.numel)
+            for key, candidates in columns.items() if key in row_sources
+            for node in candidates if sources.of(node) & row_sources[key]}
 
 
 class _SourceBuffers:
     """The buffers a node reads, and those that pointwise work producing them reads, up to
-    SOURCE_DEPTH producers back: a column sum of dy and a row sum of dy * w share dy."""
+    SOURCE_DEPTH producers back: a column sum of dy and a row sum of dy * w share dy. Each node's
+    own reads are extracted once."""
 
     def __init__(self, program: Program) -> None:
-        from compiler.dependencies import extract_read_writes
-
-        self._reads = extract_read_writes
         self._producer = {s.buffer.name: n for n in program.nodes if isinstance(n, ComputeNode)
                           and not n.is_reduction for s in n.stores}
+        self._reads: dict[str, frozenset[str]] = {}
+
+    def reads(self, node: ComputeNode) -> frozenset[str]:
+        from compiler.dependencies import extract_read_writes
+
+        if node.name not in self._reads:
+            self._reads[node.name] = frozenset(extract_read_writes(node).read_buffers())
+        return self._reads[node.name]
 
     def of(self, node: ComputeNode) -> set[str]:
-        found = set(self._reads(node).read_buffers())
+        found = set(self.reads(node))
         frontier = set(found)
         for _ in range(SOURCE_DEPTH):
             producers = {self._producer[b].name: self._producer[b] for b in frontier if b in self._producer}
-            frontier = set().union(*(self._reads(p).read_buffers() for p in producers.values())) - found
+            frontier = set().union(*(self.reads(p) for p in producers.values())) - found
             found |= frontier
         return found
 

@@ -132,9 +132,18 @@ def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
         lines += ["", HELPERS.get(helper) or PORTABLE_MATH[helper]]
     signature = ", ".join([writer.pointers[b] for b in used] + ["xnumel: tl.constexpr", "rnumel: tl.constexpr",
                                                                   "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
-    if writer.mix_rows:
-        return _assemble_mixed(writer, dropped, lines, signature), used
-    body = _prologue(writer) + writer.setup
+    if writer.mix_rows:  # a mixed-order kernel (compiler/mixed_order.py): the row kernel in a loop over its rows
+        rows = _mixed_row_step(writer) + writer.setup + _rendered_sections(writer, dropped) + writer.pending_after
+        body = _mixed_prologue(writer) + [f"    {line}" for line in rows] + writer.after_rows
+    else:
+        body = _prologue(writer) + writer.setup + _rendered_sections(writer, dropped) + writer.pending_after
+    source = "\n".join(lines + ["", "", "@triton.jit", f"def {writer.name}({signature}):"] + [f"    {line}" for line in body])
+    return source + "\n", used
+
+
+def _rendered_sections(writer: KernelWriter, dropped: set[str]) -> list[str]:
+    """Every section's lines as text, loads first, a looped kernel's r-sections in their loops."""
+    body: list[str] = []
     loop_headers = _loop_headers(writer)
     ordered = _loads_first(writer)
     for i, section in enumerate(writer.sections):
@@ -147,29 +156,7 @@ def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
                 body += header + [f"    {line}" for line in rendered]
         else:
             body += rendered
-    body += writer.pending_after
-    source = "\n".join(lines + ["", "", "@triton.jit", f"def {writer.name}({signature}):"] + [f"    {line}" for line in body])
-    return source + "\n", used
-
-
-def _assemble_mixed(writer: KernelWriter, dropped: set[str], lines: list[str], signature: str) -> str:
-    """A mixed-order kernel (compiler/mixed_order.py): the persistent row kernel's straight-line
-    code in a loop over the program's rows, XBLOCK at a time, between the column sums' set-up and
-    their stores."""
-    program_id = "tl.program_id(0).to(tl.int64)" if writer.index_dtype == "int64" else "tl.program_id(0)"
-    arange = "tl.arange(0, {n}).to(tl.int64)" if writer.index_dtype == "int64" else "tl.arange(0, {n})"
-    body = [f"pid = {program_id}", f"rindex = {arange.format(n='RBLOCK')}[None, :]", RMASK,
-            f"tl.static_assert({writer.mix_rows} % XBLOCK == 0)"]  # a step never reaches the next program's rows
-    body += writer.before_rows
-    body.append(f"for xstep in range(0, {writer.mix_rows}, XBLOCK):")
-    rows = [f"xindex = pid * {writer.mix_rows} + xstep + {arange.format(n='XBLOCK')}[:, None]", XMASK,
-            "rxmask = rmask & xmask"] + writer.setup
-    for i, section in enumerate(_loads_first(writer)):
-        rows += [line for line in (_render(line, dropped, eviction_policy(writer, writer.sections[i].kind, line, set()))
-                                   for line in section) if line is not None]
-    body += [f"    {line}" for line in rows + writer.pending_after]
-    body += writer.after_rows
-    return "\n".join(lines + ["", "", "@triton.jit", f"def {writer.name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
+    return body
 
 
 def _loads_first(writer: KernelWriter) -> list[list[str | StoreLine | LoadLine]]:
@@ -255,9 +242,31 @@ XMASK = "xmask = (xindex < xnumel) | (xnumel % XBLOCK == 0)"  # no program runs 
 RMASK = "rmask = (rindex < rnumel) | ((rnumel % RBLOCK == 0) & (rnumel > 0))"
 
 
+def _index_texts(writer: KernelWriter) -> tuple[str, str]:
+    """The program id and an arange of `{n}` lanes, in the kernel's index dtype."""
+    if writer.index_dtype == "int64":
+        return "tl.program_id(0).to(tl.int64)", "tl.arange(0, {n}).to(tl.int64)"
+    return "tl.program_id(0)", "tl.arange(0, {n})"
+
+
+def _mixed_prologue(writer: KernelWriter) -> list[str]:
+    """A mixed-order kernel's lines before its loop over rows: the whole row's lanes, the column
+    sums' accumulators, and the loop's header."""
+    program_id, arange = _index_texts(writer)
+    return [f"pid = {program_id}", f"rindex = {arange.format(n='RBLOCK')}[None, :]", RMASK,
+            f"tl.static_assert({writer.mix_rows} % XBLOCK == 0)"  # a step never reaches the next program's rows
+            ] + writer.before_rows + [f"for xstep in range(0, {writer.mix_rows}, XBLOCK):"]
+
+
+def _mixed_row_step(writer: KernelWriter) -> list[str]:
+    """The rows of one step of a mixed-order kernel's loop."""
+    _, arange = _index_texts(writer)
+    return [f"xindex = pid * {writer.mix_rows} + xstep + {arange.format(n='XBLOCK')}[:, None]", XMASK,
+            "rxmask = rmask & xmask"]
+
+
 def _prologue(writer: KernelWriter) -> list[str]:
-    program_id = "tl.program_id(0).to(tl.int64)" if writer.index_dtype == "int64" else "tl.program_id(0)"
-    arange = "tl.arange(0, {n}).to(tl.int64)" if writer.index_dtype == "int64" else "tl.arange(0, {n})"
+    program_id, arange = _index_texts(writer)
     if not writer.is_reduction:
         return [f"xoffset = {program_id} * XBLOCK", f"xindex = xoffset + {arange.format(n='XBLOCK')}", XMASK]
     if writer.tiled:  # one program per tile, consecutive programs along the columns (plan.launch_grid)
