@@ -11,7 +11,9 @@ launched without the Triton compiler), checks the result against eager (relative
 float64), then all three are timed as CUDA-graph replays (so host launch overhead is out of the
 numbers) with triton.testing.do_bench's median. Achieved GB/s counts the fewest bytes the graph
 must move (each input read once, each output written once; for model cases the count in the
-case file's header); %copy compares it with a measured device-to-device copy.
+case file's header); %copy compares it with a measured device-to-device copy of 4 GiB (the
+device's steady state), %same_bytes_copy with a copy that moves the case's own bytes, timed as the
+case is (what a kernel of that size can reach: launch, ramp-up and tail included).
 
     python bench/kernels.py [--set corpus|models] [--cases softmax,layer_norm] [--json out.json]
     python bench/kernels.py --set models --jsonl rows.jsonl [--resume]   # rows written as measured; resume a cut run
@@ -148,6 +150,17 @@ def copy_bandwidth_gbs() -> float:
     return 2 * src.numel() * 4 / ms / 1e6
 
 
+def same_bytes_copy_ms(moved: int, device: str = "cuda") -> float:
+    """A device-to-device copy that moves `moved` bytes (half read, half written), timed as the
+    cases are (a CUDA-graph replay on a cold L2): what a kernel of this size can reach, launch and
+    ramp-up included, where copy_bandwidth_gbs's 4 GiB copy is the device's steady state."""
+    src = torch.empty(max(1, moved // 8), dtype=torch.float32, device=device).normal_()
+    dst = torch.empty_like(src)
+    ms = graph_time_ms(lambda a, b: b.copy_(a), [src, dst])
+    del src, dst
+    return ms
+
+
 def tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
@@ -228,6 +241,12 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
         ms = measure_ms()
         gbs = moved / ms / 1e6
         row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / settings.copy_gbs, 1)}
+    # timed last: timed first, it slowed the small cases' eager and fusewire replays by 1-2 us
+    # (H100, 2026-11-24; docs/PERF.md, runs S and T)
+    copy_ms = same_bytes_copy_ms(moved, "cpu" if settings.target == "cpu" else "cuda")
+    row["same_bytes_copy_ms"] = round(copy_ms, 4)
+    for label in timings:
+        row[label]["%same_bytes_copy"] = round(100 * copy_ms / row[label]["ms"], 1)
     if settings.profile:
         from bench.gpu_profile import profile_kernels
 

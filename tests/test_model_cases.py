@@ -161,6 +161,7 @@ def test_model_case_runs_through_the_benchmark_path_on_cpu(case_set, monkeypatch
     row = run_model_case(case, settings)
     assert row["rel_error"] < 2e-2 and row["bytes"] == case.moved_bytes
     assert row["fusewire"]["GB/s"] == round(case.moved_bytes / 0.5 / 1e6, 1)
+    assert row["same_bytes_copy_ms"] == 0.5 and row["fusewire"]["%same_bytes_copy"] == 100.0
 
 
 # ---------------------------------------------------------------------------------

@@ -445,3 +445,17 @@ def test_fusion_never_swaps_two_draws_from_torch_generator():
     ours = load(artifact)(x, y, w)
     torch.manual_seed(3)
     assert_close_outputs(ours, run_eager(graph, [x, y, w]))
+
+
+@pytest.mark.parametrize("special", [float("inf"), float("nan"), float("-inf")])
+def test_an_online_softmax_row_with_an_infinity_or_nan_matches_eager(special):
+    # the one-exponential update takes a new max and rescales in one step; +inf, NaN and -inf
+    # entries must still give eager's NaN or finite rows, row by row
+    wide = torch.randn(5, 3000)
+    wide[1, 7] = special
+    wide[2, 2999] = special
+    wide[3, :] = float("-inf")
+    wide[3, 1500] = special
+    artifact = compile_and_check(lambda x: torch.log_softmax(x, -1), wide)
+    assert "_gap" in artifact.kernel_source(artifact.manifest["kernels"][0])  # the online update ran
+    compile_and_check(lambda x: torch.logsumexp(x, -1), wide)

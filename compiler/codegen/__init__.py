@@ -22,11 +22,13 @@ from compiler.tiling import unit_steps
 from compiler.scheduler import KernelGroup, Schedule
 
 INT32_LIMIT = 2**31 - 1
-# On a GPU a second pass over a row usually hits L2. Measured on an H200 (cross-entropy over
-# 4096 x 32000 bf16): two passes 0.149 vs online 0.161 ms, and again after the codegen changes of
-# 2026-11-22, 0.124-0.133 vs 0.144 ms. Past ~192 KB of fp32 per row a row no longer stays in L2
-# between passes and one pass should win (not measured yet).
-ONLINE_SOFTMAX_MIN_ROW = 48 * 1024
+# On a GPU a second pass over a row usually hits L2, and two passes beat one online pass up to
+# rows of about 64K elements (H100, 2026-11-24, bench/online_softmax_ab.py and log_softmax /
+# softmax / logsumexp over random rows, each side autotuned): GPT-2's 8192 x 50257 bf16
+# 0.899 ms in two passes against 0.990 online; fp32 rows of 50257 1.269 against 1.290 and of
+# 65536 1.020 against 1.021; bf16 rows of 128256 (LLaMA-3's vocabulary) 1.695 against 1.449,
+# where a row (256 KB) times the rows in flight no longer stays in L2 between passes.
+ONLINE_SOFTMAX_MIN_ROW = 64 * 1024
 
 
 @dataclass

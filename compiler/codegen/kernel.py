@@ -420,18 +420,22 @@ class KernelWriter(TritonMathOps):
         raise CodegenError(f"reduction type {kind}")
 
     def online_softmax(self, value: Var, dtype: str) -> tuple[Var, Var]:
-        """(row max, row sum of exp(value - max)) in one looped pass: the running sum is
-        rescaled by exp(old max - new max) whenever the running max grows."""
+        """(row max, row sum of exp(value - max)) in one looped pass, one exponential per element:
+        with gap = value - running max, e = exp(-|gap|) is either the new term (gap <= 0) or the
+        factor that rescales the running sum to a new max (gap > 0, the new term being 1). A +inf
+        entry leaves its lane's sum finite, but its lane max then weighs exp(inf - inf) = NaN in the
+        lanes' combination, as eager's sum of exp(x - max) is NaN."""
         self.helpers.add("max")
         acc, tl_dtype = self._fresh("online"), TL_DTYPES[dtype]
         self.setup += [f"{acc}_max = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {tl_dtype})",
                        f"{acc}_sum = tl.zeros([XBLOCK, RBLOCK], {tl_dtype})"]
         self.section.lines += [
-            f"{acc}_new = _fw_max_combine({acc}_max, tl.where(rxmask, {value}, float(\"-inf\")))",
-            f"{acc}_scale = tl.where({acc}_new == float(\"-inf\"), 1.0, tl.exp({acc}_max - {acc}_new))",
-            f"{acc}_term = tl.where(rxmask & ({value} > float(\"-inf\")), tl.exp({value} - {acc}_new), 0.0)",
-            f"{acc}_sum = {acc}_sum * {acc}_scale + {acc}_term",
-            f"{acc}_max = {acc}_new",
+            f"{acc}_x = tl.where(rxmask, {value}, float(\"-inf\"))",
+            f"{acc}_gap = {acc}_x - {acc}_max",
+            f"{acc}_e = tl.exp(-tl.abs({acc}_gap))",
+            f"{acc}_up = {acc}_sum * {acc}_e + 1.0",
+            f"{acc}_sum = tl.where({acc}_x == float(\"-inf\"), {acc}_sum, tl.where({acc}_gap > 0, {acc}_up, {acc}_sum + {acc}_e))",
+            f"{acc}_max = _fw_max_combine({acc}_max, {acc}_x)",
         ]
         row_max = self._after_loop(f"tl.reduce({acc}_max, 1, _fw_max_combine)[:, None]", dtype)
         weights = f"tl.where({acc}_max == float(\"-inf\"), 0.0, tl.exp({acc}_max - {row_max}))"

@@ -1,0 +1,53 @@
+"""The loop behind the A/B tools (bench/mixed_order_ab.py, bench/online_softmax_ab.py): each bench
+case whose name contains one of the wanted substrings is compiled once per mode (autotuned,
+benchmark-driven fusion on), checked against eager and timed as bench/kernels.py times it (a
+CUDA-graph replay on a cold L2), with Inductor and a copy of the case's bytes beside it. One JSON
+row per case, appended to `out` as it is measured."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+import torch
+
+import compiler
+from bench.kernels import _flatten, graph_time_ms, relative_error, same_bytes_copy_ms
+from bench.model_cases import case_inputs, load_cases
+from client.runtime import load
+from compiler.fx_import import to_fx
+
+
+def timed(case, inputs: list[torch.Tensor], reference: list[torch.Tensor]) -> dict:
+    artifact = compiler.compile(case.graph, "cuda:sm_90", {"autotune": True, "benchmark_fusion": True})
+    run = load(artifact)
+    error = relative_error(run(*inputs), reference)
+    kernels = [(k["name"], k["numel"], k["rnumel"], k["config"], (k.get("autotune") or {}).get("ms"))
+               for k in artifact.manifest["kernels"]]
+    return {"us": round(graph_time_ms(run, inputs) * 1000, 2), "err": error, "kernels": kernels,
+            "bench": artifact.manifest["fusion"]["benchmarked"]}
+
+
+def compare_modes(wanted: list[str], out: str, modes: list[str], set_mode: Callable[[str], None],
+                  shipped: str) -> None:
+    """Times every wanted case under each mode (set_mode(mode) before its compile), then puts
+    the shipped mode back."""
+    for case in load_cases(wanted=wanted):
+        started = time.time()
+        inputs = case_inputs(case, seed=0, device="cuda")
+        fn = to_fx(case.graph, "cuda")
+        reference = _flatten(fn(*inputs))
+        torch._dynamo.reset()
+        inductor = torch.compile(fn)
+        inductor(*inputs)
+        row = {"case": case.name, "inductor": round(graph_time_ms(inductor, inputs) * 1000, 2),
+               "copy": round(same_bytes_copy_ms(case.moved_bytes) * 1000, 2)}
+        for mode in modes:
+            set_mode(mode)
+            row[mode] = timed(case, inputs, reference)
+        set_mode(shipped)
+        with open(out, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+        print(case.name, "inductor", row["inductor"], "copy", row["copy"], {m: row[m]["us"] for m in modes},
+              f"{time.time() - started:.0f}s", flush=True)
