@@ -141,6 +141,12 @@ def graph_time_ms(fn: Callable, inputs: list[torch.Tensor]) -> float:
     return triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median")
 
 
+def local_gpu_target() -> str:
+    """The compile target of this machine's GPU: cuda:sm_<major><minor>."""
+    major, minor = torch.cuda.get_device_capability()
+    return f"cuda:sm_{major}{minor}"
+
+
 def copy_bandwidth_gbs() -> float:
     import triton.testing
 
@@ -156,9 +162,7 @@ def same_bytes_copy_ms(moved: int, device: str = "cuda") -> float:
     ramp-up included, where copy_bandwidth_gbs's 4 GiB copy is the device's steady state."""
     src = torch.empty(max(1, moved // 8), dtype=torch.float32, device=device).normal_()
     dst = torch.empty_like(src)
-    ms = graph_time_ms(lambda a, b: b.copy_(a), [src, dst])
-    del src, dst
-    return ms
+    return graph_time_ms(lambda a, b: b.copy_(a), [src, dst])
 
 
 def tensor_bytes(tensors) -> int:
@@ -190,6 +194,10 @@ class Settings:
     benchmark_fusion: bool = True
     profile: bool = False
 
+    @property
+    def device(self) -> str:
+        return "cpu" if self.target == "cpu" else "cuda"
+
 
 def run_case(case: Case, settings: Settings) -> dict:
     """A corpus case: its function captured with make_fx, bytes counted from its tensors."""
@@ -208,9 +216,8 @@ def run_model_case(case: "ModelCase", settings: Settings) -> dict:
     from bench.model_cases import case_inputs
     from compiler.fx_import import to_fx
 
-    device = "cpu" if settings.target == "cpu" else "cuda"
-    inputs = case_inputs(case, seed=0, device=device)
-    return measure(case.name, case.graph, to_fx(case.graph, device), inputs, case.moved_bytes, settings)
+    inputs = case_inputs(case, seed=0, device=settings.device)
+    return measure(case.name, case.graph, to_fx(case.graph, settings.device), inputs, case.moved_bytes, settings)
 
 
 def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: int, settings: Settings) -> dict:
@@ -243,7 +250,7 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
         row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / settings.copy_gbs, 1)}
     # timed last: timed first, it slowed the small cases' eager and fusewire replays by 1-2 us
     # (H100, 2026-11-24; docs/PERF.md, runs S and T)
-    copy_ms = same_bytes_copy_ms(moved, "cpu" if settings.target == "cpu" else "cuda")
+    copy_ms = same_bytes_copy_ms(moved, settings.device)
     row["same_bytes_copy_ms"] = round(copy_ms, 4)
     for label in timings:
         row[label]["%same_bytes_copy"] = round(100 * copy_ms / row[label]["ms"], 1)
@@ -307,8 +314,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="add each kernel's GPU time (torch.profiler, one call) for fusewire and Inductor")
     args = parser.parse_args()
-    major, minor = torch.cuda.get_device_capability()
-    settings = Settings(f"cuda:sm_{major}{minor}", copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
+    settings = Settings(local_gpu_target(), copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
                         not args.no_benchmark_fusion, args.profile)
     print(f"device {torch.cuda.get_device_name()} ({settings.target}), torch {torch.__version__}, "
           f"device-to-device copy {settings.copy_gbs:.0f} GB/s")

@@ -13,14 +13,14 @@ from typing import Callable
 import torch
 
 import compiler
-from bench.kernels import _flatten, graph_time_ms, relative_error, same_bytes_copy_ms
+from bench.kernels import _flatten, graph_time_ms, local_gpu_target, relative_error, same_bytes_copy_ms
 from bench.model_cases import case_inputs, load_cases
 from client.runtime import load
 from compiler.fx_import import to_fx
 
 
 def timed(case, inputs: list[torch.Tensor], reference: list[torch.Tensor]) -> dict:
-    artifact = compiler.compile(case.graph, "cuda:sm_90", {"autotune": True, "benchmark_fusion": True})
+    artifact = compiler.compile(case.graph, local_gpu_target(), {"autotune": True, "benchmark_fusion": True})
     run = load(artifact)
     error = relative_error(run(*inputs), reference)
     kernels = [(k["name"], k["numel"], k["rnumel"], k["config"], (k.get("autotune") or {}).get("ms"))
