@@ -24,7 +24,9 @@ the CPU. At tiny sizes these fake captures are the very graphs that captures on 
 Sources: the zoo's models (tests/models/zoo.py: forward, loss and backward of one step), and two
 that are not transformers, forward graphs only: a CNN normalization block (Conv2d + BatchNorm2d in
 train mode + ReLU, then GroupNorm + SiLU, NCHW) and an optimizer update (a global-norm gradient
-clip, then AdamW with foreach=False and fused=False, in float32).
+clip, then AdamW with foreach=False and fused=False, in float32). The zoo's held-out models
+(Mistral, GPT-NeoX, BLOOM, OPT, ConvNeXt, EfficientNet, Swin) are sources too, captured only when
+named: they check that the set generalizes and are never part of it.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ if str(ROOT / "tests" / "models") not in sys.path:
 from client.backend import with_an_output  # noqa: E402
 from compiler.fx_import import from_fx  # noqa: E402
 from compiler.graph import Graph  # noqa: E402
-from zoo import ZOO, build, make_batch, step_loss  # noqa: E402
+from zoo import HELD_OUT, ZOO, build, make_batch, step_loss  # noqa: E402
 
 BF16 = torch.bfloat16
 # Fake tensors on the GPU where there is one, so that dispatch makes the GPU's choices (fused
@@ -269,8 +271,15 @@ SOURCES: dict[str, Callable[[str], list[CapturedGraph]]] = {
 }
 
 
+# The zoo's held-out models (tests/models/zoo.py): captured only when named, never part of bench/cases.
+HELD_OUT_SOURCES: dict[str, Callable[[str], list[CapturedGraph]]] = {
+    name: (lambda size, name=name: capture_zoo_model(name, size)) for name in HELD_OUT}
+
+
 def capture_source(source: str, size: str) -> list[CapturedGraph]:
-    """Every graph of one source ("gpt2", ..., "cnn_norm", "adamw") at size "tiny" or "bench"."""
-    if source not in SOURCES:
-        raise KeyError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
-    return SOURCES[source](size)
+    """Every graph of one source ("gpt2", ..., "cnn_norm", "adamw", or a held-out model) at size
+    "tiny" or "bench"."""
+    known = {**SOURCES, **HELD_OUT_SOURCES}
+    if source not in known:
+        raise KeyError(f"unknown source {source!r}; known: {', '.join(known)}")
+    return known[source](size)

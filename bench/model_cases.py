@@ -5,6 +5,8 @@ deduplicated by structure, one JSON file per case.
     python bench/model_cases.py --size bench --out bench/cases      # the checked-in set
     python bench/model_cases.py --size tiny --out /tmp/cases        # its CI-sized twin
     python bench/kernels.py --set models                            # times the set on a GPU
+    python bench/model_cases.py --sources mistral,swin --exclude-dir bench/cases --one-per-family 1048576 \
+        --out /tmp/held_out                                         # held-out models: one case per new kind
 
 Graphs are captured on fake tensors (bench/model_capture.py: nothing is computed, at any size)
 and cut into one case per kernel group (bench/case_cutting.py). Two cases are the same when
@@ -76,19 +78,27 @@ class CaseSet:
 
 
 def extract_cases(size: str, sources: list[str] | None = None, whole_graphs: bool = False,
-                  progress: Callable[[str], None] = lambda line: None) -> CaseSet:
+                  progress: Callable[[str], None] = lambda line: None, known: Iterable[Case] = ()) -> CaseSet:
     """Captures each source at `size` (bench/model_capture.py) and makes the case set of its graphs."""
     from bench.model_capture import SOURCES, capture_source
 
-    captured = ((source, capture_source(source, size)) for source in sources or list(SOURCES))
-    return cases_from_graphs(captured, whole_graphs, progress)
+    def capture(source: str) -> list[CapturedGraph] | Exception:
+        try:
+            return capture_source(source, size)
+        except Exception as exc:  # one source that cannot be captured must not hide the others
+            return exc
+
+    captured = ((source, capture(source)) for source in sources or list(SOURCES))
+    return cases_from_graphs(captured, whole_graphs, progress, known)
 
 
-def cases_from_graphs(captured: Iterable[tuple[str, list[CapturedGraph]]], whole_graphs: bool = False,
-                      progress: Callable[[str], None] = lambda line: None) -> CaseSet:
+def cases_from_graphs(captured: Iterable[tuple[str, list[CapturedGraph] | Exception]], whole_graphs: bool = False,
+                      progress: Callable[[str], None] = lambda line: None, known: Iterable[Case] = ()) -> CaseSet:
     """Cuts every graph into kernel-group cases, drops structural duplicates (the first met is
-    kept) and names the rest uniquely. `whole_graphs` adds each captured graph as one case."""
-    result, seen = CaseSet(), set()
+    kept, and none that is one of `known`: a held-out set holds only what another set lacks) and
+    names the rest uniquely. `whole_graphs` adds each captured graph as one case. A source given
+    as an exception (its capture failed) is reported as not cut."""
+    result, seen = CaseSet(), {case.key for case in known}
 
     def keep(case: Case) -> bool:
         if case.key in seen:
@@ -100,6 +110,9 @@ def cases_from_graphs(captured: Iterable[tuple[str, list[CapturedGraph]]], whole
     started = time.perf_counter()
     for source, graphs in captured:
         report = result.reports.setdefault(source, SourceReport())
+        if isinstance(graphs, Exception):
+            report.failed.append(f"capture: {type(graphs).__name__}: {graphs}"[:300])
+            graphs = []
         for graph in graphs:
             report.graphs += 1
             try:
@@ -115,6 +128,29 @@ def cases_from_graphs(captured: Iterable[tuple[str, list[CapturedGraph]]], whole
         started = time.perf_counter()
     unique_names(result.cases)
     return result
+
+
+def family_key(case: Case) -> tuple:
+    """A case's kind regardless of sizes: its ATen ops in program order (views left out) and its
+    inputs' dtypes."""
+    from compiler.scheduler import VIEW_OPS
+
+    ops = tuple(node.target for node in case.graph.nodes if node.target.split(".")[1] not in VIEW_OPS)
+    return ops, tuple(sorted({spec.dtype for spec in case.graph.inputs}))
+
+
+def one_per_family(cases: list[Case], min_bytes: int = 0) -> list[Case]:
+    """Of cases moving at least `min_bytes`, the one moving the most bytes of each family
+    (family_key), in the order met: a held-out sample of every kind of kernel, without timing the
+    same kernel at each of a CNN's widths."""
+    largest: dict[tuple, Case] = {}
+    for case in cases:
+        if case.moved_bytes >= min_bytes:
+            key = family_key(case)
+            if key not in largest or case.moved_bytes > largest[key].moved_bytes:
+                largest[key] = case
+    kept = {id(case) for case in largest.values()}
+    return [case for case in cases if id(case) in kept]
 
 
 def unique_names(cases: list[Case]) -> None:
@@ -197,21 +233,32 @@ def case_inputs(case: Case, seed: int = 0, device: str = "cpu") -> list:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from bench.model_capture import SOURCES
+    from bench.model_capture import HELD_OUT_SOURCES, SOURCES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=("tiny", "bench"), default="bench")
     parser.add_argument("--out", type=Path, default=CASES_DIR, help="folder for the case files")
     parser.add_argument("--sources", default="", help=f"comma-separated subset of {','.join(SOURCES)} "
-                        "(dedupe then spans only those; the checked-in set is a run over all)")
+                        "(dedupe then spans only those; the checked-in set is a run over all), or held-out "
+                        f"models: {','.join(HELD_OUT_SOURCES)}")
+    parser.add_argument("--exclude-dir", type=Path, default=None,
+                        help="leave out cases that duplicate one in this folder (a held-out set: --exclude-dir bench/cases)")
     parser.add_argument("--whole-graphs", action="store_true", help="add each captured graph as one case too")
+    parser.add_argument("--one-per-family", type=int, metavar="MIN_BYTES", default=None,
+                        help="keep, of cases moving at least MIN_BYTES, the largest of each family "
+                             "(same ops in order and input dtypes, any sizes)")
     args = parser.parse_args(argv)
     sources = [s for s in args.sources.split(",") if s] or None
-    result = extract_cases(args.size, sources, args.whole_graphs, progress=lambda line: print(line, flush=True))
+    known = load_cases(args.exclude_dir) if args.exclude_dir else []
+    result = extract_cases(args.size, sources, args.whole_graphs, progress=lambda line: print(line, flush=True),
+                           known=known)
+    if args.one_per_family is not None:
+        result.cases = one_per_family(result.cases, args.one_per_family)
     write_cases(result.cases, args.out, set(result.reports))
     groups = sum(r.groups for r in result.reports.values())
     duplicates = sum(r.duplicates for r in result.reports.values())
-    print(f"{len(result.cases)} cases ({groups} kernel-group cases cut, {duplicates} duplicates dropped) -> {args.out}")
+    print(f"{len(result.cases)} cases kept ({groups} kernel-group cases cut, {duplicates} duplicates dropped) "
+          f"-> {args.out}")
     if any(r.failed for r in result.reports.values()):
         sys.exit("some graphs could not be cut into cases (NOT CUT above); the set lacks their cases")
 

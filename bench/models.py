@@ -4,7 +4,8 @@ worker, the API; started here unless --url is given).
 
     python bench/models.py [--models gpt2,llama] [--modes eager,inductor,fusewire] [--steps 20] [--json out.json]
 
-Models: the zoo's, and `block` (not run unless named): issue 13's GPT-2-style transformer block
+Models: the zoo's; its held-out ones (mistral, gpt_neox, bloom, opt, convnext, efficientnet, swin:
+never tuned on, not run unless named); and `block` (not run unless named): issue 13's GPT-2-style transformer block
 (tests/client/client_models.py `Block`: pre-norm, causal attention written out as matmul, mask and
 softmax, GELU MLP), 1024 wide, 16 heads, batch 8 x 1024 tokens, loss = mean of its output squared.
 
@@ -59,7 +60,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models"), str(ROOT / "tests" / 
 
 from client_models import Block  # noqa: E402
 from gpu_profile import host_time_ms, profile_kernels  # noqa: E402
-from zoo import ZOO, build, make_batch, step_loss  # noqa: E402
+from zoo import HELD_OUT, ZOO, build, make_batch, step_loss  # noqa: E402
 
 BLOCK_WIDTH, BLOCK_HEADS, BLOCK_BATCH = 1024, 16, (8, 1024)
 
@@ -270,7 +271,8 @@ def start_stack(state_dir: Path):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(ZOO), help="zoo models and/or `block`")
+    parser.add_argument("--models", default=",".join(ZOO),
+                        help="zoo models, held-out ones (" + ",".join(HELD_OUT) + ") and/or `block`")
     parser.add_argument("--modes", default="eager,inductor,fusewire",
                         help="eager, inductor, fusewire (the min-cut partitioner); suffixes: -save_all "
                              "(fusewire with aot_autograd's default partition), -cudagraphs (fusewire's CUDA-graph "

@@ -5,6 +5,7 @@ in-place writes become."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from compiler.indexing import FloorDiv, ModularIndexing
@@ -141,19 +142,25 @@ def stack(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) ->
 
 @register("aten.constant_pad_nd.default")
 def constant_pad_nd(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], value: Any = 0) -> Lazy:
+    """Pads (or, with negative amounts, crops) the last len(pad) / 2 dims. Only a side that adds
+    elements needs a bound check: a pad of zeros (Swin's windows when the size divides) is a copy
+    without masks, so that readers of x in the same kernel reuse its value."""
     dtype = compute_dtype(ctx.out_dtype)
     pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last dim first
 
     def load(ops, index):
         shifted = list(index)
         inside = None
-        for i, (before, _after) in enumerate(pairs):
+        for i, (before, after) in enumerate(pairs):
             d = x.rank - 1 - i
             shifted[d] = index[d] - before
+            if before <= 0 and after <= 0:
+                continue
             position = ops.index_expr(index[d] - before, "int64")
-            ok = ops.logical_and(ops.ge(position, ops.constant(0, "int64")),
-                                 ops.lt(position, ops.constant(x.size[d], "int64")))
-            inside = ok if inside is None else ops.logical_and(inside, ok)
+            checks = ([ops.ge(position, ops.constant(0, "int64"))] if before > 0 else []) + \
+                ([ops.lt(position, ops.constant(x.size[d], "int64"))] if after > 0 else [])
+            for ok in checks:
+                inside = ok if inside is None else ops.logical_and(inside, ok)
         if inside is None:
             return ops.to_dtype(x.load(ops, shifted), dtype)
         return ops.masked(inside, lambda: ops.to_dtype(x.load(ops, shifted), dtype), value)
@@ -171,6 +178,33 @@ def repeat(ctx: LoweringContext, x: TensorValue, repeats: Sequence[int]) -> Lazy
         return x.load(ops, inner)
 
     return Lazy(ctx.out_size, ctx.out_dtype, load)
+
+
+@register("aten.roll.default")
+def roll(ctx: LoweringContext, x: TensorValue, shifts: Any, dims: Any = ()) -> Lazy:
+    """x rolled along `dims`: out[i] = x[(i - shift) mod n], as index math that is never negative
+    ((i + n - shift) % n), where the decomposition gathers through an int64 remainder of an arange
+    with a sign fix-up per element (Swin's shifted windows)."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if not dims and len(shifts) == 1:  # no dims: the flattened tensor rolls, then takes x's shape
+        flat = roll(ctx, views.reshape(x, [math.prod(x.size)]), shifts, [0])
+        return views.reshape(flat, x.size)
+    if len(dims) != len(shifts):
+        raise NotImplementedError("roll: shifts and dims differ in length")
+    moves: dict[int, int] = {}
+    for shift, dim in zip(shifts, dims):  # a dim named twice rolls twice
+        d = views.normalize_dim(dim, x.rank)
+        moves[d] = moves.get(d, 0) + shift
+    offsets = {d: -shift % x.size[d] for d, shift in moves.items() if x.size[d] and shift % x.size[d]}
+
+    def load(ops, index):
+        moved = list(index)
+        for d, offset in offsets.items():
+            moved[d] = ModularIndexing(index[d] + offset, 1, x.size[d])
+        return x.load(ops, moved)
+
+    return Lazy(x.size, x.dtype, load)
 
 
 @register("aten.slice_scatter.default")

@@ -113,6 +113,87 @@ def _vit(size: str) -> nn.Module:
     return VisionTransformer(num_classes=CLASSES[size], drop_rate=0.1, proj_drop_rate=0.1, **dims)
 
 
+# ---------------------------------------------------------------------------------
+# held-out models: never tuned on, never in bench/cases; bench/models.py and bench/model_cases.py
+# (`--sources`) take them by name, to check that what the zoo taught generalizes
+# ---------------------------------------------------------------------------------
+
+
+def _lm_dims(size: str, **bench: Any) -> dict[str, Any]:
+    """A 2-layer decoder: tiny for CI, or the given bench widths."""
+    if size == "tiny":
+        return dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, max_position_embeddings=64)
+    return dict(max_position_embeddings=2048, **bench)
+
+
+def _mistral(size: str) -> nn.Module:
+    """Grouped-query attention (4 query heads per key/value head), RMSNorm, SiLU-gated MLP."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=3584, num_attention_heads=16)
+    heads = dims["num_attention_heads"]
+    return MistralForCausalLM(MistralConfig(vocab_size=HELD_OUT["mistral"].vocab[size], num_hidden_layers=2,
+                                            num_key_value_heads=heads // 4, bos_token_id=0, eos_token_id=0,
+                                            pad_token_id=0, **dims))
+
+
+def _gpt_neox(size: str) -> nn.Module:
+    """Pythia-style: rotary on a quarter of each head, attention and MLP in parallel, GELU, dropout."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=4096, num_attention_heads=16)
+    return GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=HELD_OUT["gpt_neox"].vocab[size], num_hidden_layers=2,
+                                            rotary_pct=0.25, use_parallel_residual=True, attention_dropout=0.1,
+                                            hidden_dropout=0.1, bos_token_id=0, eos_token_id=0, **dims))
+
+
+def _bloom(size: str) -> nn.Module:
+    """ALiBi position biases, a LayerNorm on the embeddings, tanh-GELU, dropout."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    dims = dict(hidden_size=32, n_head=4) if size == "tiny" else dict(hidden_size=1024, n_head=16)
+    return BloomForCausalLM(BloomConfig(vocab_size=HELD_OUT["bloom"].vocab[size], n_layer=2, hidden_dropout=0.1,
+                                        attention_dropout=0.1, bos_token_id=0, eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _opt(size: str) -> nn.Module:
+    """Learned positions (offset by 2), pre-LayerNorm, ReLU MLP, dropout."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    dims = dict(hidden_size=32, ffn_dim=64, num_attention_heads=4, word_embed_proj_dim=32,
+                max_position_embeddings=64) if size == "tiny" else \
+        dict(hidden_size=1024, ffn_dim=4096, num_attention_heads=16, word_embed_proj_dim=1024,
+             max_position_embeddings=2048)
+    return OPTForCausalLM(OPTConfig(vocab_size=HELD_OUT["opt"].vocab[size], num_hidden_layers=2, dropout=0.1,
+                                    attention_dropout=0.1, bos_token_id=0, eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _convnext(size: str) -> nn.Module:
+    """Depthwise 7x7 convolutions, LayerNorm over channels, GELU, layer scale, stochastic depth."""
+    from timm.models.convnext import ConvNeXt
+
+    dims = (8, 16, 32, 64) if size == "tiny" else (96, 192, 384, 768)
+    return ConvNeXt(depths=(1, 1, 2, 1), dims=dims, num_classes=CLASSES[size], drop_path_rate=0.1)
+
+
+def _efficientnet(size: str) -> nn.Module:
+    """MBConv blocks: BatchNorm in train mode, SiLU, squeeze-and-excitation, dropout."""
+    import timm
+
+    variant = "tinynet_e" if size == "tiny" else "efficientnet_b0"  # tinynet_e: the same blocks, narrower
+    return timm.create_model(variant, num_classes=CLASSES[size], drop_rate=0.2, drop_path_rate=0.1)
+
+
+def _swin(size: str) -> nn.Module:
+    """Shifted windows (roll, window partition), relative position biases, stochastic depth."""
+    from timm.models.swin_transformer import SwinTransformer
+
+    dims = dict(img_size=32, patch_size=2, window_size=4, embed_dim=16, num_heads=(1, 2)) if size == "tiny" else \
+        dict(img_size=224, patch_size=4, window_size=7, embed_dim=96, num_heads=(3, 6, 12, 24))
+    depths = (2,) * len(dims["num_heads"])
+    return SwinTransformer(num_classes=CLASSES[size], depths=depths, drop_path_rate=0.1, **dims)
+
+
 CLASSES = {"tiny": 10, "bench": 1000}
 ZOO: dict[str, Spec] = {  # bench vocabularies are the real models'
     "gpt2": Spec(_gpt2, "causal_lm", {"tiny": (2, 8), "bench": (8, 1024)}, {"tiny": 64, "bench": 50257}),
@@ -124,28 +205,48 @@ ZOO: dict[str, Spec] = {  # bench vocabularies are the real models'
 }
 
 
+HELD_OUT: dict[str, Spec] = {  # not the zoo's: see the section above; real vocabularies at bench size
+    "mistral": Spec(_mistral, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 32000}),
+    "gpt_neox": Spec(_gpt_neox, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 50304}),
+    "bloom": Spec(_bloom, "causal_lm", {"tiny": (2, 8), "bench": (2, 1024)}, {"tiny": 64, "bench": 250880}),
+    "opt": Spec(_opt, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 50272}),
+    "convnext": Spec(_convnext, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
+    "efficientnet": Spec(_efficientnet, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
+    "swin": Spec(_swin, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
+}
+
+
+def spec(name: str) -> Spec:
+    """A zoo or held-out model's entry; a clear KeyError for any other name."""
+    if name in ZOO:
+        return ZOO[name]
+    if name in HELD_OUT:
+        return HELD_OUT[name]
+    raise KeyError(f"unknown model {name!r}; zoo: {', '.join(ZOO)}; held out: {', '.join(HELD_OUT)}")
+
+
 def build(name: str, size: str = "tiny", seed: int = 0) -> nn.Module:
     """The model with seeded random weights, in train mode."""
     torch.manual_seed(seed)
-    model = ZOO[name].build(size)
+    model = spec(name).build(size)
     return model.train()
 
 
 def make_batch(name: str, size: str = "tiny", seed: int = 0) -> dict[str, torch.Tensor]:
     """Random token ids and labels (language models) or images and classes, on CPU."""
-    spec = ZOO[name]
+    entry = spec(name)
     generator = torch.Generator().manual_seed(seed)
-    shape = spec.batch[size]
-    if spec.kind == "image":
+    shape = entry.batch[size]
+    if entry.kind == "image":
         return {"images": torch.randn(*shape, generator=generator),
-                "labels": torch.randint(0, spec.vocab[size], shape[:1], generator=generator)}
-    ids = torch.randint(1, spec.vocab[size], shape, generator=generator)
-    return {"ids": ids, "labels": torch.randint(1, spec.vocab[size], shape, generator=generator)}
+                "labels": torch.randint(0, entry.vocab[size], shape[:1], generator=generator)}
+    ids = torch.randint(1, entry.vocab[size], shape, generator=generator)
+    return {"ids": ids, "labels": torch.randint(1, entry.vocab[size], shape, generator=generator)}
 
 
 def step_loss(model: nn.Module, name: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Forward and loss of one training step (the caller calls backward)."""
-    if ZOO[name].kind == "image":
+    if spec(name).kind == "image":
         images = batch["images"].to(next(model.parameters()).dtype)
         return F.cross_entropy(model(images), batch["labels"])
     return model(input_ids=batch["ids"], labels=batch["labels"]).loss  # the models shift causal labels
