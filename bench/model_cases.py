@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from bench.model_capture import CapturedGraph
 
 CASES_DIR = ROOT / "bench" / "cases"
+HELD_OUT_DIR = ROOT / "bench" / "held_out"  # the held-out models' cases (docs/PERF.md)
 FORMAT = "fusewire-bench-case-1"
 
 

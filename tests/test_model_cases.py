@@ -16,7 +16,7 @@ import torch
 import compiler
 from bench.case_cutting import cut, moved_bytes, structure_key, value_layouts, with_views_between
 from bench.kernels import Settings, relative_error, run_model_case
-from bench.model_capture import SOURCES, capture_source
+from bench.model_capture import HELD_OUT_SOURCES, SOURCES, capture_source
 from bench.model_cases import (CASES_DIR, case_from_json, case_inputs, case_to_json, cases_from_graphs, load_cases,
                                write_cases)
 from client.runtime import load
@@ -264,3 +264,42 @@ def test_checked_in_cases_load_and_validate():
         assert set(case.input_ranges) <= {spec.name for spec in case.graph.inputs}
         assert all(spec.dtype in DTYPES for spec in case.graph.inputs)
         assert case.moved_bytes == moved_bytes(case.graph, value_layouts(case.graph)), case.name
+
+
+def test_the_held_out_set_is_one_case_per_family_none_of_them_in_the_main_set():
+    """bench/held_out: cases of the held-out models that bench/cases lacks, the largest of each
+    family (ops in order and input dtypes) that moves 1 MiB or more."""
+    from bench.model_cases import HELD_OUT_DIR, family_key, one_per_family
+
+    held_out = load_cases(HELD_OUT_DIR)
+    assert len(held_out) >= 40
+    assert all(case.source in HELD_OUT_SOURCES and NAME.match(case.name) for case in held_out)
+    assert not {case.key for case in held_out} & {case.key for case in load_cases(CASES_DIR)}
+    assert len({family_key(case) for case in held_out}) == len(held_out)
+    assert min(case.moved_bytes for case in held_out) >= 1 << 20
+    assert one_per_family(held_out, 1 << 20) == held_out
+
+
+def test_one_per_family_keeps_the_case_moving_the_most_bytes_of_each_family():
+    from bench.model_cases import family_key, one_per_family
+
+    cases = load_cases(CASES_DIR)
+    kept = one_per_family(cases, 1 << 20)
+    families = {family_key(case) for case in cases if case.moved_bytes >= 1 << 20}
+    assert len(kept) == len(families) < len(cases)
+    for case in kept:
+        same = [c for c in cases if family_key(c) == family_key(case)]
+        assert case.moved_bytes == max(c.moved_bytes for c in same)
+    assert [c.name for c in kept] == [c.name for c in cases if c in kept]  # in the order met
+
+
+
+def test_known_cases_are_left_out_and_a_failed_capture_is_reported_not_raised(captured, case_set):
+    """--exclude-dir: a case that duplicates a known one is not kept; a source whose capture
+    failed (given as its exception) is reported as not cut, and the other sources still count."""
+    gpt2 = [c for c in case_set.cases if c.source == "gpt2"]
+    result = cases_from_graphs([("gpt2", captured["gpt2"]), ("broken", RuntimeError("no capture"))],
+                               known=gpt2[:3])
+    assert {c.key for c in result.cases} == {c.key for c in gpt2[3:]}
+    assert result.reports["gpt2"].kept == len(gpt2) - 3
+    assert result.reports["broken"].failed == ["capture: RuntimeError: no capture"]

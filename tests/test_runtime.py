@@ -63,3 +63,51 @@ def test_handed_over_inputs_are_dropped_after_their_last_use(tmp_path):
     source = next(iter(runner._programs.values())).source.splitlines()
     dropped = [i for i, line in enumerate(source) if line.strip().startswith(("s0 = None", "s1 = None"))]
     assert len(dropped) == 2 and max(dropped) < len(source) - 2  # before the graph's last steps
+
+
+def _convolution_steps(fn, *inputs) -> dict:
+    artifact = compiler.compile(from_fx(make_fx(fn)(*inputs), list(inputs)), "cpu")
+    return {step["target"]: step for step in artifact.plan["steps"] if step["op"] == "extern"}
+
+
+def _depthwise(dtype: torch.dtype, groups: int = 6) -> tuple:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, 9, 7, generator=generator).to(dtype)
+    w = torch.randn(6, 6 // groups, 3, 3, generator=generator).to(dtype)
+    grad = torch.randn(2, 6, 9, 7, generator=generator).to(dtype)
+    return x, w, grad
+
+
+def _conv_and_backward(x, w, grad):
+    groups = x.shape[1] // w.shape[1]
+    y = torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], groups)
+    grads = torch.ops.aten.convolution_backward(grad, x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], groups,
+                                                [True, True, False])
+    return y, grads[0], grads[1]
+
+
+def test_grouped_half_convolutions_run_on_channels_last_copies_on_a_gpu_only():
+    """A depthwise convolution and its backward in bf16 on a GPU are called on channels-last copies
+    (cuDNN's fast path); what they give equals the NCHW call's. Nothing changes on a CPU, for
+    ordinary (ungrouped) convolutions or in float32."""
+    from client.runtime import channels_last_call
+
+    x, w, grad = _depthwise(torch.bfloat16)
+    steps = _convolution_steps(_conv_and_backward, x, w, grad)
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    for target, op in [("aten.convolution.default", torch.ops.aten.convolution.default),
+                       ("aten.convolution_backward.default", torch.ops.aten.convolution_backward.default)]:
+        step = steps[target]
+        assert channels_last_call(step, cpu) is None
+        wrapped = channels_last_call(step, gpu)
+        assert wrapped is not None, target
+        args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 6) if target.endswith("convolution.default") else \
+            (grad, x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 6, [True, True, False])
+        want = op(*args)
+        got = wrapped(*args)
+        for a, b in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+            if b is not None:
+                torch.testing.assert_close(a.contiguous(), b, atol=2e-2, rtol=2e-2)
+    for dtype, groups in [(torch.float32, 6), (torch.bfloat16, 1)]:
+        steps = _convolution_steps(_conv_and_backward, *_depthwise(dtype, groups))
+        assert all(channels_last_call(step, gpu) is None for step in steps.values()), (dtype, groups)

@@ -118,3 +118,33 @@ def test_dropout_drawn_in_cubins_and_embedding_gradients_by_atomic_adds(signed, 
     want = torch.zeros(rows, 64, device="cuda", dtype=torch.float64).index_add_(0, indices.flatten(),
                                                                                 out.double().flatten(0, 1))
     torch.testing.assert_close(grad_weight, want.to(torch.bfloat16), rtol=2e-2, atol=2e-2)
+
+
+def test_a_depthwise_convolution_and_its_backward_in_bf16_match_eager_through_channels_last_calls(no_triton_compiler):
+    """EfficientNet's block: depthwise conv, BatchNorm statistics, SiLU, and the conv's backward; the
+    runtime calls the two convolutions on channels-last copies (cuDNN) and converts their results to
+    the plan's NCHW layout (client/runtime.py channels_last_call)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from client.runtime import load
+    from compiler.fx_import import from_fx
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(4, 48, 29, 31, device="cuda", generator=generator).to(torch.bfloat16)
+    w = torch.randn(48, 1, 5, 5, device="cuda", generator=generator).to(torch.bfloat16)
+    grad = torch.randn(4, 48, 15, 16, device="cuda", generator=generator).to(torch.bfloat16)
+
+    def fn(x, w, grad):
+        y = torch.ops.aten.convolution(x, w, None, [2, 2], [2, 2], [1, 1], False, [0, 0], 48)
+        activated = torch.nn.functional.silu(y - y.float().mean((0, 2, 3), keepdim=True).to(y.dtype))
+        grads = torch.ops.aten.convolution_backward(grad * activated, x, w, [0], [2, 2], [2, 2], [1, 1], False,
+                                                    [0, 0], 48, [True, True, False])
+        return activated, grads[0], grads[1]
+
+    run = load(compiler.compile(from_fx(make_fx(fn)(x, w, grad), [x, w, grad]), _target()))
+    want = fn(x.double(), w.double(), grad.double())
+    eager = fn(x, w, grad)
+    for got, reference, own in zip(run(x, w, grad), want, eager):
+        assert got.stride() == own.stride()
+        error, eager_error = (got.double() - reference).abs().max(), (own.double() - reference).abs().max()
+        assert error <= 2 * eager_error + 1e-2, (error, eager_error)
