@@ -257,7 +257,7 @@ class _Program:
             if not key.isidentifier() or keyword.iskeyword(key):
                 raise RuntimeError_(f"extern call to {step['target']}: {key!r} is not an argument name")
             arguments.append(f"{key}={self._value(value)}")
-        op = channels_last_call(step, self.device) or op
+        op = channels_last_call(step, op, self.device) or op
         call = f"{self._name(op, name)}({', '.join(arguments)})"
         outputs = list(zip(step["outputs"], step["layouts"]))
         if not outputs:
@@ -368,12 +368,12 @@ CHANNELS_LAST_CONVOLUTIONS = {"aten.convolution.default": ((0, 1), 6, 8),
                               "aten.convolution_backward.default": ((0, 1, 2), 7, 9)}
 
 
-def channels_last_call(step: dict[str, Any], device: torch.device) -> Callable | None:
-    """For a grouped (depthwise) 2-D convolution or its backward in bf16/fp16 on a GPU: the ATen op
-    called on channels-last copies of its 4-D tensors, else None. On NCHW tensors ATen runs its own
-    depthwise kernels, several times slower than cuDNN's channels-last ones (H100, 2026-11-25,
-    EfficientNet-B0's training step: 5.7 of its 10.5 ms of GPU time); the planned-layout check
-    converts the results to the plan's layout (the meta kernel's, NCHW)."""
+def channels_last_call(step: dict[str, Any], op: Callable, device: torch.device) -> Callable | None:
+    """For a grouped (depthwise) 2-D convolution or its backward in bf16/fp16 on a GPU: `op` (the
+    step's ATen op) called on channels-last copies of its 4-D tensors, else None. On NCHW tensors
+    ATen runs its own depthwise kernels, several times slower than cuDNN's channels-last ones (H100,
+    2026-11-25, EfficientNet-B0's training step: 5.7 of its 10.5 ms of GPU time); the planned-layout
+    check converts the results to the plan's layout (the meta kernel's, NCHW)."""
     found = CHANNELS_LAST_CONVOLUTIONS.get(step["target"])
     if device.type != "cuda" or found is None:
         return None
@@ -385,7 +385,7 @@ def channels_last_call(step: dict[str, Any], device: torch.device) -> Callable |
     if any(layout is None or len(layout["size"]) != 4 or layout["dtype"] not in ("bfloat16", "float16")
            for layout in layouts):
         return None
-    return _on_channels_last(getattr(torch.ops.aten, step["target"].split(".")[1]).default, tensors)
+    return _on_channels_last(op, tensors)
 
 
 def _on_channels_last(op: Callable, positions: Sequence[int]) -> Callable:

@@ -141,6 +141,15 @@ class Result:
     def kernels(self) -> list[dict]:
         return self.artifact.manifest["kernels"]
 
+    @property
+    def kernel_sources(self) -> str:
+        return kernel_sources(self.artifact)
+
+
+def kernel_sources(artifact: Artifact) -> str:
+    """Every kernel's source of an artifact, one after another (for assertions on generated code)."""
+    return "\n".join(artifact.kernel_source(k) for k in artifact.manifest["kernels"])
+
 
 def check(fn: Callable, *inputs: torch.Tensor, atol: float | None = None, rtol: float | None = None,
           expect_no_extern: bool = True, options: dict | None = None, reference64: bool = False) -> Result:

@@ -10,11 +10,8 @@ import re
 
 import torch
 
+from tests.lowering_cases import kernel_sources
 from tests.test_scheduler import compile_and_check
-
-
-def _source(artifact) -> str:
-    return "\n".join(artifact.kernel_source(k) for k in artifact.manifest["kernels"])
 
 
 def test_pool_backward_window_bounds_compare_in_int32():
@@ -25,7 +22,7 @@ def test_pool_backward_window_bounds_compare_in_int32():
     def backward(grad, x, indices):
         return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [3, 3], [2, 2], [1, 1], [1, 1], False, indices)
 
-    source = _source(compile_and_check(backward, grad, x, indices))
+    source = kernel_sources(compile_and_check(backward, grad, x, indices))
     compared = re.findall(r"= (tmp\d+) ([<>]=?|==|!=) (-?\d+)$", source, re.M)
     assert compared, "window bounds are compared with literals"
     int64_constants = set(re.findall(r"(tmp\d+) = tl\.full\(\[XBLOCK\], -?\d+, tl\.int64\)", source))
@@ -36,7 +33,7 @@ def test_pool_backward_window_bounds_compare_in_int32():
 
 def test_a_constant_beyond_int32_keeps_the_int64_compare():
     x = torch.randn(37)
-    source = _source(compile_and_check(lambda x: torch.where(torch.arange(37) * 4 < 2**33, x, -x), x))
+    source = kernel_sources(compile_and_check(lambda x: torch.where(torch.arange(37) * 4 < 2**33, x, -x), x))
     assert "8589934592" in source
 
 
@@ -55,6 +52,6 @@ def test_small_integers_widened_to_int64_compute_in_int32():
         wide = offsets.to(torch.int64)
         return (wide // 3 - 1) * 112 + torch.remainder(wide, 3) + torch.arange(9) * 2
 
-    source = _source(compile_and_check(decode, offsets))
+    source = kernel_sources(compile_and_check(decode, offsets))
     assert "// 3" in source and "tl.abs(tmp" in source
     assert not re.search(r"// tl\.abs", source)

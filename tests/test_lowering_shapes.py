@@ -174,10 +174,6 @@ def test_pad_non_contiguous():
     check(lambda v: F.pad(v, (1, 1, -1, 2), value=3.0), transposed((4, 5)))
 
 
-def _kernel_sources(result) -> str:
-    return "\n".join(result.artifact.kernel_source(k) for k in result.artifact.manifest["kernels"])
-
-
 def test_a_pad_of_zeros_after_a_layer_norm_reuses_the_row_in_registers():
     """Swin pads its windows by zeros when the size divides: that pad is a copy, with no bound
     check, so the normalization's consumer reads x once (no masked second load)."""
@@ -186,7 +182,7 @@ def test_a_pad_of_zeros_after_a_layer_norm_reuses_the_row_in_registers():
         return F.pad(y, (0, 0, 0, 0, 0, 0)).view(2, 2, 3, 2, 3, 12).permute(0, 1, 3, 2, 4, 5).contiguous()
 
     result = check(fn, rand((2, 6, 6, 12), BF16), rand((12,), BF16), rand((12,), BF16), atol=2e-2, rtol=2e-2)
-    assert _kernel_sources(result).count("tl.load(ptr_arg0") == 1
+    assert result.kernel_sources.count("tl.load(ptr_arg0") == 1
 
 
 # --- roll ---------------------------------------------------------------------------------------
@@ -198,7 +194,7 @@ ROLLS = [(1, 0), (-2, 1), (7, 1), (-9, 0), ((1, -3), (0, 1)), ((2, 3), (1, 1)), 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
 def test_roll(shifts, dims, layout):
     """Shifts beyond the size, negative, of zero, a dim rolled twice, and no dims (the
-    flattened roll, which is decomposed) against eager, fused with pointwise work."""
+    flattened tensor rolls) against eager, fused with pointwise work."""
     check(lambda v: (torch.roll(v, shifts, dims) * 2 + 1, torch.roll(v, shifts, dims)), _source(layout, (5, 6)))
 
 
@@ -209,7 +205,7 @@ def test_rolled_windows_index_without_a_signed_remainder():
         return torch.roll(x, (-3, -3), (1, 2)).view(2, 2, 4, 2, 4, 6).permute(0, 1, 3, 2, 4, 5).contiguous()
 
     result = check(fn, rand((2, 8, 8, 6), BF16))
-    sources = _kernel_sources(result)
+    sources = result.kernel_sources
     assert "% 8" in sources and "tl.abs" not in sources and "int64" not in sources
 
 

@@ -293,7 +293,6 @@ def test_one_per_family_keeps_the_case_moving_the_most_bytes_of_each_family():
     assert [c.name for c in kept] == [c.name for c in cases if c in kept]  # in the order met
 
 
-
 def test_known_cases_are_left_out_and_a_failed_capture_is_reported_not_raised(captured, case_set):
     """--exclude-dir: a case that duplicates a known one is not kept; a source whose capture
     failed (given as its exception) is reported as not cut, and the other sources still count."""

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.compare import reduction_passes
+from tests.lowering_cases import kernel_sources
 from tests.test_scheduler import compile_and_check, kernel_count
 
 # CPU kernels loop over rows past 1024 in steps of 1024: 1100 leaves the middle loop empty, 2040
@@ -17,16 +18,12 @@ from tests.test_scheduler import compile_and_check, kernel_count
 ODD_WIDTHS = (1100, 2040, 3001, 5003)
 
 
-def _source(artifact) -> str:
-    return "\n".join(artifact.kernel_source(k) for k in artifact.manifest["kernels"])
-
-
 @pytest.mark.parametrize("width", ODD_WIDTHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_log_softmax_over_misaligned_rows(width, dtype):
     x = torch.randn(7, width).to(dtype)
     artifact = compile_and_check(lambda x: torch.log_softmax(x.float(), -1), x)
-    source = _source(artifact)
+    source = kernel_sources(artifact)
     assert f"rshift = ({width}*xindex) % 16" in source
     assert len(reduction_passes(source)) == 2 and source.count("for roffset") == 6
 
@@ -37,7 +34,7 @@ def test_welford_counts_each_lane_from_its_first_element(width):
     step late (the loop's `rstep`)."""
     x = torch.randn(5, width) * 3 + 2
     artifact = compile_and_check(lambda x: torch.var_mean(x, -1, correction=0), x)
-    assert "rshift" in _source(artifact)
+    assert "rshift" in kernel_sources(artifact)
 
 
 @pytest.mark.parametrize("width", (2040, 3001))
@@ -63,7 +60,7 @@ def test_cross_entropy_forward_and_backward_over_an_odd_vocabulary(width):
 
 def test_rows_of_a_multiple_of_16_keep_one_loop():
     artifact = compile_and_check(lambda x: torch.softmax(x, -1), torch.randn(3, 2048 + 16))
-    source = _source(artifact)
+    source = kernel_sources(artifact)
     assert "rshift" not in source and source.count("for roffset") == len(reduction_passes(source)) == 2
 
 

@@ -98,8 +98,8 @@ def test_grouped_half_convolutions_run_on_channels_last_copies_on_a_gpu_only():
     for target, op in [("aten.convolution.default", torch.ops.aten.convolution.default),
                        ("aten.convolution_backward.default", torch.ops.aten.convolution_backward.default)]:
         step = steps[target]
-        assert channels_last_call(step, cpu) is None
-        wrapped = channels_last_call(step, gpu)
+        assert channels_last_call(step, op, cpu) is None
+        wrapped = channels_last_call(step, op, gpu)
         assert wrapped is not None, target
         args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 6) if target.endswith("convolution.default") else \
             (grad, x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 6, [True, True, False])
@@ -110,4 +110,5 @@ def test_grouped_half_convolutions_run_on_channels_last_copies_on_a_gpu_only():
                 torch.testing.assert_close(a.contiguous(), b, atol=2e-2, rtol=2e-2)
     for dtype, groups in [(torch.float32, 6), (torch.bfloat16, 1)]:
         steps = _convolution_steps(_conv_and_backward, *_depthwise(dtype, groups))
-        assert all(channels_last_call(step, gpu) is None for step in steps.values()), (dtype, groups)
+        assert all(channels_last_call(step, torch.ops.aten.convolution.default, gpu) is None
+                   for step in steps.values()), (dtype, groups)
