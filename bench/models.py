@@ -13,7 +13,9 @@ Modes: eager, inductor, fusewire; `-cudagraphs` after inductor or fusewire repla
 (Inductor's mode="reduce-overhead", fusewire's cuda_graphs=True), `-save_all` after fusewire uses
 aot_autograd's default partition instead of the min-cut partitioner (fusewire's default;
 `-min_cut` names it explicitly, as runs before 2026-11-23 did), `-ungrouped` after fusewire turns
-off the grouping of linears over one input (group_linears=False; on by default since 2026-11-24).
+off the grouping of linears over one input (group_linears=False; on by default since 2026-11-24),
+`-nchw` after fusewire leaves convolutions in eager's layout (channels_last="off"; "auto", which runs
+half-precision convolutions on channels-last tensors, is the default since 2026-11-25).
 
 Each model runs in bf16 on CUDA. One step is forward, loss and backward of the compiled module
 (gradients set to None before each step; no optimizer, which stays outside the compiled module).
@@ -135,7 +137,7 @@ class Mode:
     """One mode of one model, set up (compiled, first steps run) and ready to time."""
 
     def __init__(self, name: str, mode: str, url: str | None, partitioner: str, cuda_graphs: bool,
-                 group_linears: bool = True) -> None:
+                 group_linears: bool = True, channels_last: str = "auto") -> None:
         self.name, self.mode = name, mode
         self.model = build_model(name).to(device="cuda", dtype=torch.bfloat16)
         self.batch = {k: v.cuda() for k, v in model_batch(name).items()}
@@ -145,7 +147,7 @@ class Mode:
         base = mode.split("-")[0]
         self.backend = self.hit = None
         self.settings = dict(url=url, on_error="raise", partitioner=partitioner, cuda_graphs=cuda_graphs,
-                             group_linears=group_linears)
+                             group_linears=group_linears, channels_last=channels_last)
         if base == "eager":
             self.runner = self.model
         elif base == "inductor":
@@ -230,7 +232,8 @@ def measure_model(name: str, modes: list[str], steps: int, rounds: int, url: str
             torch.cuda.reset_peak_memory_stats()
             resident = torch.cuda.memory_allocated()
             candidate = Mode(name, mode, url, "save_all" if "save_all" in suffixes else "min_cut",
-                             "cudagraphs" in suffixes, "ungrouped" not in suffixes)
+                             "cudagraphs" in suffixes, "ungrouped" not in suffixes,
+                             "off" if "nchw" in suffixes else "auto")
             candidate.set_up(resident)
             set_up.append(candidate)
         except Exception as exc:  # one mode's failure is a result too; the rest still run
@@ -277,7 +280,7 @@ def main() -> None:
                         help="eager, inductor, fusewire (the min-cut partitioner); suffixes: -save_all "
                              "(fusewire with aot_autograd's default partition), -cudagraphs (fusewire's CUDA-graph "
                              "mode; Inductor's mode='reduce-overhead'), -ungrouped (fusewire, linears not grouped), "
-                             "e.g. fusewire-save_all-cudagraphs")
+                             "-nchw (fusewire, convolutions in eager's layout), e.g. fusewire-save_all-cudagraphs")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5, help="rounds the timed steps are interleaved in")
     parser.add_argument("--url", help="a running fusewire service (default: start one here)")

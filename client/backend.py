@@ -45,6 +45,7 @@ from torch.utils import _pytree as pytree
 
 from client import default_cache_dir
 from client.linear_groups import group_linears
+from client.channels_last import MODES as CHANNELS_LAST_MODES, use_channels_last
 from client.partition import PARTITIONERS, aot_options
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -76,12 +77,13 @@ class BackendSettings:
     partitioner: str = "min_cut"  # how aot_autograd splits forward from backward (PARTITIONERS)
     cuda_graphs: bool = False  # replay each CUDA graph function's launches as a CUDA graph (client/cudagraphs.py)
     group_linears: bool = True  # linears over one input become one GEMM before autograd (client/linear_groups.py)
+    channels_last: str = "auto"  # convolutions on channels-last tensors (client/channels_last.py MODES)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "BackendSettings":
         """FUSEWIRE_URL, FUSEWIRE_TOKEN, FUSEWIRE_TIMEOUT_S, FUSEWIRE_ON_ERROR, FUSEWIRE_CACHE_DIR,
-        FUSEWIRE_PARTITIONER, FUSEWIRE_CUDA_GRAPHS, FUSEWIRE_GROUP_LINEARS (1/true/yes/on, else off);
-        None = default."""
+        FUSEWIRE_PARTITIONER, FUSEWIRE_CUDA_GRAPHS, FUSEWIRE_GROUP_LINEARS (1/true/yes/on, else off),
+        FUSEWIRE_CHANNELS_LAST (auto/on/off); None = default."""
         from client.http import DEFAULT_URL
 
         env = os.environ
@@ -93,6 +95,7 @@ class BackendSettings:
             partitioner=env.get("FUSEWIRE_PARTITIONER") or "min_cut",
             cuda_graphs=_flag(env.get("FUSEWIRE_CUDA_GRAPHS"), False),
             group_linears=_flag(env.get("FUSEWIRE_GROUP_LINEARS"), True),
+            channels_last=env.get("FUSEWIRE_CHANNELS_LAST") or "auto",
         )
         given = {k: v for k, v in overrides.items() if v is not None}
         if "cache_dir" in given:
@@ -102,6 +105,8 @@ class BackendSettings:
             raise ValueError(f"on_error must be one of {ON_ERROR}, not {settings.on_error!r}")
         if settings.partitioner not in PARTITIONERS:
             raise ValueError(f"partitioner must be one of {sorted(PARTITIONERS)}, not {settings.partitioner!r}")
+        if settings.channels_last not in CHANNELS_LAST_MODES:
+            raise ValueError(f"channels_last must be one of {CHANNELS_LAST_MODES}, not {settings.channels_last!r}")
         if settings.timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, not {settings.timeout_s}")
         return settings
@@ -117,11 +122,12 @@ def _flag(value: str | None, default: bool) -> bool:
 def backend(url: str | None = None, token: str | None = None, timeout_s: float | None = None,
             on_error: str | None = None, cache_dir: str | Path | None = None,
             options: dict | None = None, partitioner: str | None = None, cuda_graphs: bool | None = None,
-            group_linears: bool | None = None) -> "Backend":
+            group_linears: bool | None = None, channels_last: str | None = None) -> "Backend":
     """A configured backend for `torch.compile(model, backend=...)`; unset arguments come from the env."""
     return Backend(BackendSettings.from_env(url=url, token=token, timeout_s=timeout_s, on_error=on_error,
                                             cache_dir=cache_dir, options=options, partitioner=partitioner,
-                                            cuda_graphs=cuda_graphs, group_linears=group_linears))
+                                            cuda_graphs=cuda_graphs, group_linears=group_linears,
+                                            channels_last=channels_last))
 
 
 def fusewire_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
@@ -129,12 +135,12 @@ def fusewire_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], op
     """The registered backend (`torch.compile(m, backend="fusewire", options={...})`).
 
     `options` may hold backend()'s arguments (url, token, timeout_s, on_error, cache_dir, partitioner,
-    cuda_graphs, group_linears) and
+    cuda_graphs, group_linears, channels_last) and
     `compile_options` (the compiler's options); everything else comes from the environment."""
     options = dict(options or {})
     compile_options = options.pop("compile_options", None)
     unknown = set(options) - {"url", "token", "timeout_s", "on_error", "cache_dir", "partitioner", "cuda_graphs",
-                              "group_linears"}
+                              "group_linears", "channels_last"}
     if unknown:
         raise ValueError(f"unknown fusewire backend options {sorted(unknown)}")
     settings = BackendSettings.from_env(options=compile_options, **options)
@@ -152,10 +158,11 @@ _SHARED: dict[str, "Backend"] = {}
 
 class Backend:
     """Callable as a dynamo backend. `stats` counts what happened (graphs, local_hits, remote_hits,
-    compiles, recompiles, fallbacks; in CUDA-graph mode cuda_graphs_captured, cuda_graph_replays,
-    cuda_graph_plain_runs and cuda_graph_fallbacks); `seconds` sums the time spent per phase (convert: fx to wire graph; artifact:
-    local cache or service; load: runtime.load; first_run: first run of each variant). `uncaptured` maps
-    a graph that CUDA-graph mode runs plainly to the reason."""
+    compiles, recompiles, fallbacks, grouped_linears, channels_last_convs; in CUDA-graph mode
+    cuda_graphs_captured, cuda_graph_replays, cuda_graph_plain_runs and cuda_graph_fallbacks);
+    `seconds` sums the time spent per phase (convert: fx to wire graph; artifact: local cache or
+    service; load: runtime.load; first_run: first run of each variant). `uncaptured` maps a graph
+    that CUDA-graph mode runs plainly to the reason."""
 
     def __init__(self, settings: BackendSettings) -> None:
         from compiler.signing import TrustedKeys
@@ -175,6 +182,7 @@ class Backend:
 
         if self.settings.group_linears:
             self._group_linears(gm)
+        self._channels_last(gm, example_inputs)
         # a new AotAutograd each time: it rewrites its own kwargs when called
         return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_backward,
                             **aot_options(self.settings.partitioner))(gm, example_inputs)
@@ -189,6 +197,17 @@ class Backend:
                 raise
             warnings.warn(f"fusewire: linears not grouped: {type(exc).__name__}: {exc}", FusewireWarning,
                           stacklevel=2)
+
+    def _channels_last(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+        """client/channels_last.py on dynamo's graph; as with grouping, a failure to analyse the graph
+        leaves it as it is (a warning; raised with on_error="raise")."""
+        try:
+            self.stats["channels_last_convs"] += use_channels_last(gm, example_inputs, self.settings.channels_last)
+        except Exception as exc:
+            if self.settings.on_error == "raise":
+                raise
+            warnings.warn(f"fusewire: convolutions left in their layout: {type(exc).__name__}: {exc}",
+                          FusewireWarning, stacklevel=2)
 
     def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                       backward: bool = False) -> "GraphFunction":

@@ -44,6 +44,30 @@ def test_convolution_backward_without_the_input_gradient():
         torch.testing.assert_close(got, want)
 
 
+def test_channels_last_convolutions_plan_channels_last_results_and_the_ops_after_them_follow():
+    """PyTorch's meta kernel plans a contiguous output for a channels-last convolution; cuDNN (and
+    oneDNN here) return channels-last, so the plan says so (compiler/lowering/extern_layouts.py) and
+    no result needs converting at run time. The ReLU after it and the gradients keep the layout."""
+    cl = torch.channels_last
+    x, w = torch.randn(2, 6, 9, 11).contiguous(memory_format=cl), torch.randn(4, 6, 3, 3).contiguous(memory_format=cl)
+    grad = torch.randn(2, 4, 9, 11).contiguous(memory_format=cl)
+
+    def fn(x, w, grad):
+        y = torch.relu(torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
+            grad * (y > 0), x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False])
+        return y, grad_x * 2, grad_w * 2
+
+    graph, artifact, run = compiled(fn, x, w, grad)
+    externs = [s for s in artifact.plan["steps"] if s["op"] == "extern"]
+    planned = [layout["stride"] for step in externs for layout in step["layouts"]]
+    assert planned == [[396, 1, 44, 4], [594, 1, 66, 6], [54, 1, 18, 6]]  # output, input and weight gradients
+    outputs = run(x, w, grad)
+    for got, want in zip(outputs, run_eager(graph, [x, w, grad])):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        assert got.is_contiguous(memory_format=cl)
+
+
 @pytest.mark.parametrize("op", ["native_dropout", "bernoulli"])
 def test_random_ops_draw_as_eager_does(op):
     p = 0.3

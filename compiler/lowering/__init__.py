@@ -29,6 +29,7 @@ from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import registry
 from compiler.lowering.composite import outer_product
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
+from compiler.lowering.extern_layouts import device_layouts
 from compiler.lowering.memo import signature
 from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, padded_layout, viewed_by_outputs
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
@@ -338,7 +339,7 @@ def _extern(ctx: LoweringContext, target: str, args: list, kwargs: dict, mutated
     matrices = MATMUL_OPS.get(target.split(".")[1], ())
     if matrices and all(isinstance(args[i], TensorValue) for i in matrices):
         args, sliced = pad_matmul(ctx, target, args)
-    tensor_meta = [m if isinstance(m, torch.Tensor) else None for m in ctx.out_meta]
+    tensor_meta = device_layouts(target, args, [m if isinstance(m, torch.Tensor) else None for m in ctx.out_meta])
     if sliced is not None:  # the product of zero-padded operands: computed whole, read as its corner
         return _padded_product(ctx, target, args, kwargs, tensor_meta[0], sliced)
     made = iter(ctx.extern(target, args, kwargs, tensor_meta, mutated))

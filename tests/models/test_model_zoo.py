@@ -33,6 +33,9 @@ TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight
 PROJECTS_ONE_INPUT_SEVERAL_TIMES = ("llama", "bert", "t5")
+# convolutional models: on a GPU their half-precision convolutions run on channels-last tensors
+# (client/channels_last.py, "auto"); CI's CPU runs the same rewrite with channels_last="on"
+CONVOLUTIONAL = ("resnet", "efficientnet", "convnext")
 HERE = Path(__file__).parent
 
 
@@ -65,6 +68,18 @@ def test_training_step_compiles_without_fallback_and_passes_the_accuracy_rule(tr
     assert not failures, "\n".join(failures)
     if name in PROJECTS_ONE_INPUT_SEVERAL_TIMES:  # their q/k/v (and gate/up) ran as one GEMM each
         assert stats.get("grouped_linears", 0) > 0, stats
+
+
+@pytest.mark.parametrize("name", CONVOLUTIONAL)
+def test_convolutions_on_channels_last_tensors_train_and_pass_the_accuracy_rule(trained, api_server, tmp_path, name):
+    reference, eager, _, _ = trained(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FusewireWarning)
+        values, stats = compiled_step(name, api_server.url, tmp_path / "cache", channels_last="on")
+    assert stats.get("channels_last_convs", 0) > 0, stats
+    assert stats.get("fallbacks", 0) == 0 and stats.get("recompiles", 0) == 0, stats
+    failures = accuracy_failures(reference, eager, StepResults(values))
+    assert not failures, "\n".join(failures)
 
 
 def test_batchnorm_running_statistics_are_updated_in_train_mode(trained):
