@@ -115,7 +115,6 @@ def _channels_last_arg(graph: Graph, conv: Node, position: int) -> list[Node]:
         return []
     with graph.inserting_before(conv):
         converted = graph.call_method("contiguous", (arg,), {"memory_format": torch.channels_last})
-    converted.meta["fusewire_channels_last"] = True
     conv.update_arg(position, converted)
     return [converted]
 
@@ -164,7 +163,6 @@ def _restore_output_layouts(gm: GraphModule, outputs: list[Any], inserted: list[
             return False
         with graph.inserting_before(output):
             restored = graph.call_method("contiguous", (leaf,))
-        restored.meta["fusewire_channels_last"] = True
         inserted.append(restored)
         leaves[i], changed = restored, True
     if changed:
