@@ -181,33 +181,24 @@ class Backend:
         from torch._dynamo.backends.common import aot_autograd
 
         if self.settings.group_linears:
-            self._group_linears(gm)
-        self._channels_last(gm, example_inputs)
+            self._rewrite("grouped_linears", "linears not grouped", group_linears, gm)
+        self._rewrite("channels_last_convs", "convolutions left in their layout", use_channels_last, gm,
+                      example_inputs, self.settings.channels_last)
         # a new AotAutograd each time: it rewrites its own kwargs when called
         return aot_autograd(fw_compiler=self.compile_graph, bw_compiler=self.compile_backward,
                             **aot_options(self.settings.partitioner))(gm, example_inputs)
 
-    def _group_linears(self, gm: torch.fx.GraphModule) -> None:
-        """client/linear_groups.py on dynamo's graph; a graph it cannot analyse stays as it is (with
-        a warning; raised with on_error="raise"): grouping is an optimization, never a reason to fail."""
+    def _rewrite(self, stat: str, failure: str, rewrite: Callable[..., int], gm: torch.fx.GraphModule,
+                 *args: Any) -> None:
+        """A rewrite of dynamo's graph (client/linear_groups.py, client/channels_last.py), counted in
+        `stats[stat]`. A graph it cannot analyse stays as it is (with a warning; raised with
+        on_error="raise"): a rewrite is an optimization, never a reason to fail."""
         try:
-            self.stats["grouped_linears"] += group_linears(gm)
+            self.stats[stat] += rewrite(gm, *args)
         except Exception as exc:
             if self.settings.on_error == "raise":
                 raise
-            warnings.warn(f"fusewire: linears not grouped: {type(exc).__name__}: {exc}", FusewireWarning,
-                          stacklevel=2)
-
-    def _channels_last(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
-        """client/channels_last.py on dynamo's graph; as with grouping, a failure to analyse the graph
-        leaves it as it is (a warning; raised with on_error="raise")."""
-        try:
-            self.stats["channels_last_convs"] += use_channels_last(gm, example_inputs, self.settings.channels_last)
-        except Exception as exc:
-            if self.settings.on_error == "raise":
-                raise
-            warnings.warn(f"fusewire: convolutions left in their layout: {type(exc).__name__}: {exc}",
-                          FusewireWarning, stacklevel=2)
+            warnings.warn(f"fusewire: {failure}: {type(exc).__name__}: {exc}", FusewireWarning, stacklevel=2)
 
     def compile_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                       backward: bool = False) -> "GraphFunction":
@@ -479,7 +470,7 @@ class GraphFunction:
         if self.backend.settings.on_error == "raise":
             raise FusewireError(f"fusewire: {self.name}: {reason}")
         self.eager_reason = reason
-        warnings.warn(f"fusewire: {self.name} runs eagerly: {reason}", FusewireWarning, stacklevel=3)
+        warnings.warn(f"fusewire: {self.name} runs eagerly: {reason}", FusewireWarning, stacklevel=2)
 
 
 def with_an_output(module: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, bool]:

@@ -30,12 +30,14 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
+from client.linear_groups import STRIDE_SENSITIVE
+
 MODES = ("auto", "on", "off")
 CONVS = (torch.conv2d, torch.nn.functional.conv2d)
 HALF = (torch.float16, torch.bfloat16)
-# calls whose result depends on their argument's strides, not only its values
-STRIDE_READERS = {"as_strided", "as_strided_", "as_strided_scatter", "set_", "resize_", "resize_as_", "data_ptr",
-                  "stride", "storage_offset", "untyped_storage", "is_contiguous", "view_as_real", "view_as_complex"}
+# calls whose result depends on their argument's strides: linear grouping's, and three that read a
+# whole graph's tensors by their strides too
+STRIDE_READERS = STRIDE_SENSITIVE | {"as_strided_scatter", "view_as_real", "view_as_complex"}
 
 
 def use_channels_last(gm: GraphModule, example_inputs: Sequence[Any], mode: str = "auto") -> int:
@@ -54,8 +56,7 @@ def use_channels_last(gm: GraphModule, example_inputs: Sequence[Any], mode: str 
             inserted += _channels_last_arg(graph, conv, position)
     if not inserted:
         return 0
-    gm.recompile()
-    try:
+    try:  # the interpreter runs gm.graph: no recompile until the rewrite is kept
         outputs = _fake_outputs(gm, example_inputs)
     except Exception:  # an impossible view, an op fake tensors cannot run: keep eager's layouts
         _undo(gm, inserted)
@@ -176,7 +177,7 @@ def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _undo(gm: GraphModule, inserted: list[Node]) -> None:
+    """Back to the graph dynamo gave (whose code was never regenerated)."""
     for node in reversed(inserted):
         node.replace_all_uses_with(node.args[0])
         gm.graph.erase_node(node)
-    gm.recompile()

@@ -208,8 +208,8 @@ def test_a_graph_grouping_cannot_analyse_is_left_as_it_is_with_a_warning(monkeyp
     before = str(gm.graph)
     lenient = Backend(BackendSettings(url="http://unused", cache_dir=tmp_path))
     with pytest.warns(FusewireWarning, match="linears not grouped: KeyError"):
-        lenient._group_linears(gm)
+        lenient._rewrite("grouped_linears", "linears not grouped", backend_module.group_linears, gm)
     assert str(gm.graph) == before
     strict = Backend(BackendSettings(url="http://unused", cache_dir=tmp_path, on_error="raise"))
     with pytest.raises(KeyError):
-        strict._group_linears(gm)
+        strict._rewrite("grouped_linears", "linears not grouped", backend_module.group_linears, gm)
