@@ -38,6 +38,7 @@ import torch
 from compiler.fx_import import constant_tensor, dtype_name, from_arg, resolve_op
 from compiler.graph import (ITEMSIZES, Graph, Node, Ref, TensorSpec, canonical_graph, canonical_json,
                             storage_numel)
+from compiler.lowering.extern_layouts import device_layouts
 from compiler.options import CompileOptions
 
 SCHEDULE_OPTIONS = CompileOptions(autotune=False, benchmark_fusion=False)
@@ -83,9 +84,9 @@ def value_layouts(graph: Graph) -> dict[ValueKey, TensorSpec]:
                                                           device=meta) for spec in graph.inputs}
     env.update({spec.name: constant_tensor(spec, meta) for spec in graph.constants})
     for node in graph.nodes:
-        op = resolve_op(node.target)
-        env[node.name] = op(*[from_arg(a, env, meta) for a in node.args],
-                            **{k: from_arg(v, env, meta) for k, v in node.kwargs.items()})
+        args = [from_arg(a, env, meta) for a in node.args]
+        env[node.name] = _device_layouts(node.target, args, resolve_op(node.target)(
+            *args, **{k: from_arg(v, env, meta) for k, v in node.kwargs.items()}))
     layouts: dict[ValueKey, TensorSpec] = {}
     for name, value in env.items():
         if isinstance(value, torch.Tensor):
@@ -93,6 +94,16 @@ def value_layouts(graph: Graph) -> dict[ValueKey, TensorSpec]:
         elif isinstance(value, (tuple, list)):
             layouts.update({(name, i): _spec(name, v) for i, v in enumerate(value) if isinstance(v, torch.Tensor)})
     return layouts
+
+
+def _device_layouts(target: str, args: list[Any], result: Any) -> Any:
+    """`result` laid out as the GPU's kernel returns it where the meta kernel says otherwise (a
+    convolution of channels-last tensors, compiler/lowering/extern_layouts.py)."""
+    if isinstance(result, torch.Tensor):
+        return device_layouts(target, args, [result])[0]
+    if isinstance(result, (tuple, list)):
+        return type(result)(device_layouts(target, args, list(result)))
+    return result
 
 
 def _spec(name: str, tensor: torch.Tensor) -> TensorSpec:

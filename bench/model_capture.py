@@ -10,7 +10,9 @@ of the same layout (tied weights stay tied). The step then runs under that FakeT
 torch.compile with a backend that runs aot_autograd, as client/backend.py does, with forward and
 backward compilers that record each fx graph and hand it back unchanged (without the backend's
 grouping of linears over one input, client/linear_groups.py: the benchmark set stays the one
-measured since run E). Fake tensors, not meta
+measured since run E). The backend's channels-last rewrite of convolutions (client/channels_last.py)
+runs when asked (`channels_last`, default "off" for the same reason; bench/channels_last is
+captured with "auto" on the GPU). Fake tensors, not meta
 ones: a model on meta tensors fails (transformers' caches build real CPU tensors).
 
 The fake tensors are CUDA ones where the machine has a GPU (CAPTURE_DEVICE), so dispatch makes the
@@ -82,16 +84,21 @@ class GraphRecorder:
     """A torch.compile backend: aot_autograd whose compilers record (kind, GraphModule, example
     inputs) and return the GraphModule itself (boxed), so the step runs on, on the fake tensors.
     aot_autograd gets the arguments fusewire's backend gives it (the min-cut partition, BatchNorm
-    statistics written in-graph), so the graphs are the ones the backend compiles."""
+    statistics written in-graph), so the graphs are the ones the backend compiles. `channels_last`
+    is the backend's setting of that name (client/channels_last.py); "off" keeps the set measured
+    since run E, "auto" gives the graphs the backend compiles on a GPU today."""
 
-    def __init__(self) -> None:
+    def __init__(self, channels_last: str = "off") -> None:
         self.graphs: list[tuple[str, torch.fx.GraphModule, list[Any]]] = []
+        self.channels_last = channels_last
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         from torch._dynamo.backends.common import aot_autograd
 
+        from client.channels_last import use_channels_last
         from client.partition import aot_options
 
+        use_channels_last(gm, example_inputs, self.channels_last)
         return aot_autograd(fw_compiler=self._recorder("fw"), bw_compiler=self._recorder("bw"),
                             **aot_options("min_cut"))(gm, example_inputs)
 
@@ -136,7 +143,8 @@ def _is_tensor_node(leaf: Any) -> bool:
     return isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor)
 
 
-def run_compiled(step: Callable[[Callable], None], compiled_of: Any, mode: ContextManager) -> GraphRecorder:
+def run_compiled(step: Callable[[Callable], None], compiled_of: Any, mode: ContextManager,
+                 channels_last: str = "off") -> GraphRecorder:
     """Runs `step(compiled)` under `mode` (a FakeTensorMode; a null context runs it for real),
     `compiled` being torch.compile(compiled_of) with a fresh recorder as backend; dynamo's caches
     are reset before and after, so nothing leaks between captures.
@@ -145,7 +153,7 @@ def run_compiled(step: Callable[[Callable], None], compiled_of: Any, mode: Conte
     second moment) become `prims.fma`, a prim that torch._inductor registers and the wire format
     has no schema for, so the backend would run such a graph eagerly. Without them the same update
     is `aten.addcmul`. No other source here changes."""
-    recorder = GraphRecorder()
+    recorder = GraphRecorder(channels_last)
     torch._dynamo.reset()
     try:
         compiled = torch.compile(compiled_of, backend=recorder)
@@ -196,7 +204,7 @@ def fake_tensor(shape: Sequence[int], dtype: torch.dtype, mode: FakeTensorMode,
 # ---------------------------------------------------------------------------------
 
 
-def capture_zoo_model(name: str, size: str) -> list[CapturedGraph]:
+def capture_zoo_model(name: str, size: str, channels_last: str = "off") -> list[CapturedGraph]:
     """Forward, loss and backward of one training step of a zoo model in bf16."""
     with torch.device("meta"):
         model = build(name, size).to(dtype=BF16)
@@ -207,7 +215,7 @@ def capture_zoo_model(name: str, size: str) -> list[CapturedGraph]:
     def step(compiled: Callable) -> None:
         step_loss(compiled, name, batch).backward()
 
-    return captured_graphs(name, run_compiled(step, model, mode))
+    return captured_graphs(name, run_compiled(step, model, mode, channels_last))
 
 
 class ConvNormBlock(nn.Module):
@@ -228,7 +236,7 @@ CNN_SIZES = {"tiny": dict(batch=2, channels=8, side=8, groups=4),
              "bench": dict(batch=32, channels=256, side=56, groups=32)}
 
 
-def capture_cnn_norm(size: str) -> list[CapturedGraph]:
+def capture_cnn_norm(size: str, channels_last: str = "off") -> list[CapturedGraph]:
     """The training forward of ConvNormBlock in bf16 (parameters need gradients; backward is not run)."""
     dims = CNN_SIZES[size]
     with torch.device("meta"):
@@ -236,7 +244,8 @@ def capture_cnn_norm(size: str) -> list[CapturedGraph]:
     mode = FakeTensorMode()
     fake_module(block, mode)
     images = fake_tensor((dims["batch"], dims["channels"], dims["side"], dims["side"]), BF16, mode)
-    graphs = captured_graphs("cnn_norm", run_compiled(lambda compiled: compiled(images), block, mode))
+    recorder = run_compiled(lambda compiled: compiled(images), block, mode, channels_last)
+    graphs = captured_graphs("cnn_norm", recorder)
     return [g for g in graphs if g.kind == "fw"]
 
 
@@ -244,9 +253,10 @@ OPTIMIZER_SHAPES = {"tiny": [(16, 8), (4, 8), (8,)],
                     "bench": [(4096, 4096), (1024, 4096), (4096,)]}  # 16.8M, 4.2M and 4K float32 elements
 
 
-def capture_optimizer(size: str) -> list[CapturedGraph]:
+def capture_optimizer(size: str, channels_last: str = "off") -> list[CapturedGraph]:
     """A global-norm gradient clip (clip_grad_norm_) and an AdamW step (foreach=False, fused=False) on
-    float32 parameters; the optimizer's state is made up front (fake), as its first step would."""
+    float32 parameters; the optimizer's state is made up front (fake), as its first step would.
+    There is no convolution: `channels_last` changes nothing."""
     mode = FakeTensorMode()
     params = [nn.Parameter(fake_tensor(shape, torch.float32, mode)) for shape in OPTIMIZER_SHAPES[size]]
     for param in params:
@@ -264,22 +274,22 @@ def capture_optimizer(size: str) -> list[CapturedGraph]:
     return captured_graphs("adamw", run_compiled(lambda compiled: compiled(), update, mode))
 
 
-SOURCES: dict[str, Callable[[str], list[CapturedGraph]]] = {
-    **{name: (lambda size, name=name: capture_zoo_model(name, size)) for name in ZOO},
+SOURCES: dict[str, Callable[[str, str], list[CapturedGraph]]] = {
+    **{name: (lambda size, channels_last, name=name: capture_zoo_model(name, size, channels_last)) for name in ZOO},
     "cnn_norm": capture_cnn_norm,
     "adamw": capture_optimizer,
 }
 
 
 # The zoo's held-out models (tests/models/zoo.py): captured only when named, never part of bench/cases.
-HELD_OUT_SOURCES: dict[str, Callable[[str], list[CapturedGraph]]] = {
-    name: (lambda size, name=name: capture_zoo_model(name, size)) for name in HELD_OUT}
+HELD_OUT_SOURCES: dict[str, Callable[[str, str], list[CapturedGraph]]] = {
+    name: (lambda size, channels_last, name=name: capture_zoo_model(name, size, channels_last)) for name in HELD_OUT}
 
 
-def capture_source(source: str, size: str) -> list[CapturedGraph]:
+def capture_source(source: str, size: str, channels_last: str = "off") -> list[CapturedGraph]:
     """Every graph of one source ("gpt2", ..., "cnn_norm", "adamw", or a held-out model) at size
-    "tiny" or "bench"."""
+    "tiny" or "bench", its convolutions rewritten as the backend's `channels_last` setting would."""
     known = {**SOURCES, **HELD_OUT_SOURCES}
     if source not in known:
         raise KeyError(f"unknown source {source!r}; known: {', '.join(known)}")
-    return known[source](size)
+    return known[source](size, channels_last)

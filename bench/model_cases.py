@@ -7,6 +7,8 @@ deduplicated by structure, one JSON file per case.
     python bench/kernels.py --set models                            # times the set on a GPU
     python bench/model_cases.py --sources mistral,swin --exclude-dir bench/cases --one-per-family 1048576 \
         --out /tmp/held_out                                         # held-out models: one case per new kind
+    python bench/model_cases.py --sources resnet,cnn_norm --channels-last auto --exclude-dir bench/cases \
+        --out bench/channels_last                                   # CNNs as the backend compiles them on a GPU
 
 Graphs are captured on fake tensors (bench/model_capture.py: nothing is computed, at any size)
 and cut into one case per kernel group (bench/case_cutting.py). Two cases are the same when
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
 CASES_DIR = ROOT / "bench" / "cases"
 HELD_OUT_DIR = ROOT / "bench" / "held_out"  # the held-out models' cases (docs/PERF.md)
+CHANNELS_LAST_DIR = ROOT / "bench" / "channels_last"  # CNN cases as the backend compiles them on a GPU
 FORMAT = "fusewire-bench-case-1"
 
 
@@ -79,13 +82,15 @@ class CaseSet:
 
 
 def extract_cases(size: str, sources: list[str] | None = None, whole_graphs: bool = False,
-                  progress: Callable[[str], None] = lambda line: None, known: Iterable[Case] = ()) -> CaseSet:
-    """Captures each source at `size` (bench/model_capture.py) and makes the case set of its graphs."""
+                  progress: Callable[[str], None] = lambda line: None, known: Iterable[Case] = (),
+                  channels_last: str = "off") -> CaseSet:
+    """Captures each source at `size` (bench/model_capture.py; `channels_last` as the backend's
+    setting) and makes the case set of its graphs."""
     from bench.model_capture import SOURCES, capture_source
 
     def capture(source: str) -> list[CapturedGraph] | Exception:
         try:
-            return capture_source(source, size)
+            return capture_source(source, size, channels_last)
         except Exception as exc:  # one source that cannot be captured must not hide the others
             return exc
 
@@ -245,6 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--exclude-dir", type=Path, default=None,
                         help="leave out cases that duplicate one in this folder (a held-out set: --exclude-dir bench/cases)")
     parser.add_argument("--whole-graphs", action="store_true", help="add each captured graph as one case too")
+    parser.add_argument("--channels-last", choices=("off", "auto", "on"), default="off",
+                        help="rewrite convolutions as the backend's channels_last setting does (docs/CLIENT.md); "
+                             "bench/cases is captured with off, bench/channels_last with auto on the GPU")
     parser.add_argument("--one-per-family", type=int, metavar="MIN_BYTES", default=None,
                         help="keep, of cases moving at least MIN_BYTES, the largest of each family "
                              "(same ops in order and input dtypes, any sizes)")
@@ -252,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     sources = [s for s in args.sources.split(",") if s] or None
     known = load_cases(args.exclude_dir) if args.exclude_dir else []
     result = extract_cases(args.size, sources, args.whole_graphs, progress=lambda line: print(line, flush=True),
-                           known=known)
+                           known=known, channels_last=args.channels_last)
     if args.one_per_family is not None:
         result.cases = one_per_family(result.cases, args.one_per_family)
     write_cases(result.cases, args.out, set(result.reports))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 import compiler
 from bench.kernels import _flatten, graph_time_ms, local_gpu_target, relative_error, same_bytes_copy_ms
-from bench.model_cases import case_inputs, load_cases
+from bench.model_cases import CASES_DIR, case_inputs, load_cases
 from client.runtime import load
 from compiler.fx_import import to_fx
 
@@ -30,10 +31,10 @@ def timed(case, inputs: list[torch.Tensor], reference: list[torch.Tensor]) -> di
 
 
 def compare_modes(wanted: list[str], out: str, modes: list[str], set_mode: Callable[[str], None],
-                  shipped: str) -> None:
-    """Times every wanted case under each mode (set_mode(mode) before its compile), then puts
-    the shipped mode back."""
-    for case in load_cases(wanted=wanted):
+                  shipped: str, case_dir: Path = CASES_DIR) -> None:
+    """Times every wanted case of `case_dir` under each mode (set_mode(mode) before its compile),
+    then puts the shipped mode back."""
+    for case in load_cases(case_dir, wanted=wanted):
         started = time.time()
         inputs = case_inputs(case, seed=0, device="cuda")
         fn = to_fx(case.graph, "cuda")

@@ -132,6 +132,11 @@ def _fake_outputs(gm: GraphModule, example_inputs: Sequence[Any]) -> list[Any]:
     mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
 
     def fake(value: Any) -> Any:
+        if isinstance(value, FakeTensor) and value.fake_mode is not mode:
+            # a fake tensor of another mode (a capture on fake tensors, bench/model_capture.py): the
+            # run reads sizes and strides only
+            with mode:
+                return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
         if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
             return mode.from_tensor(value)
         return value

@@ -5,7 +5,8 @@ rebuilds the launch plan; the cpu target keeps codegen's heuristic configs.
 For each kernel a small, fixed list of candidates is built (the heuristic's config first,
 then variants of XBLOCK, RBLOCK, num_warps and num_stages that keep the generated source
 valid, none launching fewer than MIN_PROGRAMS programs unless the heuristic's does, and for a
-persistent reduction over 2048+ elements a looped one, written anew); the candidates of all
+persistent reduction over 2048+ elements a looped one, for a looped column reduction over a short
+column persistent ones, each written anew); the candidates of all
 kernels are built as cubins in one parallel batch (compiler/codegen/aot.py), launched on random
 data, and timed as the kernel benchmark and Inductor time: each launch on a cold L2, between its
 own CUDA events, the median counts. The fastest wins if it beats the heuristic's config by
@@ -48,6 +49,8 @@ LOOPED_RBLOCK_MIN = 1024  # a persistent row of 2048+ elements is also tried as 
 # bf16 split in 32: 128 programs of 128 columns on one warp 17.1 us in a cold replay, 1024
 # programs 9.7); the floor stays as a trial not worth its time.
 MIN_PROGRAMS = 256
+# A looped column reduction over at most this many rows is also tried with its rows in registers.
+SHORT_COLUMN_ROWS = 1024
 # (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py). Pipelining its
 # loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards).
 MIXED_VARIANTS = ((1, 1), (1, 4), (2, 1), (2, 2), (4, 4), (4, 8), (8, 4))
@@ -109,7 +112,8 @@ def benchmark_buffers(program: Program, read_writes: dict[str, ReadWrites]) -> d
 
 def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     """The heuristic's config, then variants that the kernel's source allows, and with
-    `can_regenerate` a looped variant of a persistent reduction (which needs its own source)."""
+    `can_regenerate` a looped variant of a persistent reduction, persistent ones of a looped column
+    reduction over a short column (each needs its own source)."""
     base = kernel.config
     variants: list[dict] = []
     if base.get("tiled"):
@@ -124,6 +128,8 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
                     {"XBLOCK": 128, "RBLOCK": 8, "num_warps": 1}, {"XBLOCK": 256, "RBLOCK": 8, "num_warps": 2},
                     # few columns (a mixed-order kernel's final pass): narrow blocks, more programs
                     {"XBLOCK": 4, "RBLOCK": 256}, {"XBLOCK": 8, "RBLOCK": 128}, {"XBLOCK": 8, "RBLOCK": 64, "num_warps": 2}]
+        if can_regenerate and _next_power_of_2(kernel.rnumel) <= SHORT_COLUMN_ROWS:
+            variants += _whole_columns(kernel.rnumel)
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
     elif base["persistent"] and base.get("outer"):  # few rows, many columns: columns per warp matter most
@@ -159,6 +165,17 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
                 and _programs(kernel, config) >= min(MIN_PROGRAMS, _programs(kernel, base)):
             configs.append(config)
     return configs
+
+
+def _whole_columns(rnumel: int) -> list[dict]:
+    """Persistent variants of a looped column reduction over a short column (the final pass of a
+    split, a few hundred partials per output; a channels-last BatchNorm's chunks of a few hundred
+    rows): every row in registers, so the loads are issued at
+    once, and a second reduction over the same rows (welford's M2 after its mean) reads registers
+    instead of looping over memory again."""
+    rblock = _next_power_of_2(rnumel)
+    columns = sorted({1, max(1, 2048 // rblock), max(1, 4096 // rblock)})
+    return [{"persistent": True, "XBLOCK": x, "RBLOCK": rblock, "num_warps": 4} for x in columns]
 
 
 def _programs(kernel: Any, config: dict) -> int:

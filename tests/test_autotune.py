@@ -327,6 +327,31 @@ def test_a_persistent_reduction_is_also_tried_as_a_loop_with_its_own_source(monk
     assert step["config"] == looped[0] and step["args"] == kernel.arguments
 
 
+def test_a_short_looped_column_reduction_is_also_tried_with_its_rows_in_registers(monkeypatch):
+    import torch
+
+    from compiler.autotune import SHORT_COLUMN_ROWS, tune_and_build
+    from compiler.codegen import generate
+
+    # a column sum of a tall matrix splits; its final pass sums a few hundred partials per column
+    program = lower(_trace(lambda a: a.sum(0), torch.randn(65536, 8)))
+    scheduled = schedule(program, CompileOptions())
+    generated = generate(scheduled, TARGET)
+    final = next(k for k in generated.kernels if k.config.get("outer") and k.rnumel < 65536)
+    assert not final.config["persistent"] and "for roffset" in final.source and final.rnumel <= SHORT_COLUMN_ROWS
+    assert all(not c["persistent"] for c in candidate_configs(final))  # without a new source, none
+    whole = [c for c in candidate_configs(final, can_regenerate=True) if c["persistent"]]
+    assert whole and all(c["RBLOCK"] >= final.rnumel and c["outer"] for c in whole)
+
+    def prefer_registers(trial, _sizes):
+        return 1.0 if trial.config["persistent"] else 2.0
+
+    monkeypatch.setattr("compiler.autotune.gpu_timer", lambda target: prefer_registers)  # the fake GPU
+    tune_and_build(generated, scheduled, TARGET, CompileOptions())
+    assert final.config == whole[0] and "for roffset" not in final.source
+    assert final.cubin_metadata["constants"]["RBLOCK"] == whole[0]["RBLOCK"]
+
+
 @pytest.mark.parametrize("speedup, replaces", [(0.01, False), (0.03, True)])
 def test_a_candidate_replaces_the_heuristic_only_when_clearly_faster(speedup, replaces):
     kernel, dtypes, sizes = softmax_kernel()

@@ -98,6 +98,25 @@ def test_fake_capture_matches_a_capture_on_real_tensors():
     assert [structure_key(g.graph) for g in fake] == [structure_key(g.graph) for g in real if g.kind == "fw"]
 
 
+def test_channels_last_captures_give_the_layouts_the_backend_compiles():
+    """Captured as the backend rewrites convolutions (client/channels_last.py, setting "on": the CPU
+    has no GPU for "auto"), the block's BatchNorm reads its convolution's result channels-last,
+    although the meta kernel plans that result contiguous (bench/case_cutting.py lays it out as
+    the device does); the block's output stays contiguous, as eager's is."""
+    graphs = capture_source("cnn_norm", "tiny", channels_last="on")
+    assert [structure_key(g.graph) for g in graphs] != [structure_key(g.graph) for g in capture_source("cnn_norm", "tiny")]
+    norms = [case for case in cases_from_graphs([("cnn_norm", graphs)]).cases
+             if any("batch_norm" in node.target for node in case.graph.nodes)]
+    assert norms
+    for case in norms:
+        images = [spec for spec in case.graph.inputs if len(spec.shape) == 4]
+        assert images and all(torch.empty_strided(spec.shape, spec.strides(), device="meta").is_contiguous(
+            memory_format=torch.channels_last) for spec in images), case.name
+    layouts = value_layouts(graphs[0].graph)
+    output = graphs[0].graph.outputs[0]
+    assert layouts[(output.ref, output.index)].stride == [512, 64, 8, 1]  # 2 x 8 x 8 x 8, contiguous
+
+
 LOSS_INDEXING = ("nll_loss_forward", "nll_loss_backward", "gather", "scatter")  # a cross-entropy, whole or decomposed
 
 
@@ -278,6 +297,25 @@ def test_the_held_out_set_is_one_case_per_family_none_of_them_in_the_main_set():
     assert len({family_key(case) for case in held_out}) == len(held_out)
     assert min(case.moved_bytes for case in held_out) >= 1 << 20
     assert one_per_family(held_out, 1 << 20) == held_out
+
+
+def test_the_channels_last_set_holds_the_cnns_as_the_backend_compiles_them_on_a_gpu():
+    """bench/channels_last: ResNet's and the CNN block's cases captured with convolutions rewritten
+    channels-last (--channels-last auto on the GPU), none of them in bench/cases; every
+    normalization reads a channels-last image."""
+    from bench.model_cases import CHANNELS_LAST_DIR
+
+    cases = load_cases(CHANNELS_LAST_DIR)
+    assert len(cases) >= 40 and {case.source for case in cases} == {"resnet", "cnn_norm"}
+    assert all(NAME.match(case.name) for case in cases)
+    assert not {case.key for case in cases} & {case.key for case in load_cases(CASES_DIR)}
+    norms = [case for case in cases if any("batch_norm" in node.target for node in case.graph.nodes)]
+    assert len(norms) >= 20
+    for case in norms:
+        assert any(len(spec.shape) == 4 and spec.shape[1] > 1 and torch.empty_strided(
+            spec.shape, spec.strides(), device="meta").is_contiguous(memory_format=torch.channels_last)
+            and not torch.empty_strided(spec.shape, spec.strides(), device="meta").is_contiguous()
+            for spec in case.graph.inputs), case.name
 
 
 def test_one_per_family_keeps_the_case_moving_the_most_bytes_of_each_family():

@@ -42,6 +42,10 @@ def _as_channels_last(meta: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def _channels_last(value: Any) -> bool:
+    """Whether `value` (a lowered TensorValue, or a tensor: bench/case_cutting.py plans on meta
+    tensors) is a 4-d tensor laid out channels-last."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 4 and suggest_memory_format(value) == torch.channels_last
     if not isinstance(value, TensorValue) or len(value.size) != 4:
         return False
     stride = getattr(getattr(value, "layout", None), "stride", None)

@@ -95,3 +95,25 @@ def test_recomputing_a_gathered_result_is_timed_against_storing_it():
     assert decision["fused_ms"] > 0 and all(ms > 0 for ms in decision["unfused_ms"])
     assert decision["fused"] == (not sum(decision["unfused_ms"]) < decision["fused_ms"])
     assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs))
+
+
+@pytest.mark.parametrize("name", ["column_sum", "channels_last_batch_norm"])
+def test_column_reductions_rebuilt_with_their_rows_in_registers_match_eager(monkeypatch, name):
+    # a split column reduction's final pass (a few hundred partials per column) rebuilt as a
+    # persistent kernel; the fake timer makes every persistent candidate win
+    fn, inputs = {
+        "column_sum": (lambda a: a.sum(0), [torch.randn(65536, 24, device="cuda")]),
+        "channels_last_batch_norm": (
+            lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+            [torch.randn(16, 24, 40, 40, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last),
+             torch.randn(24, device="cuda", dtype=torch.bfloat16), torch.randn(24, device="cuda", dtype=torch.bfloat16)]),
+    }[name]
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    monkeypatch.setattr("compiler.autotune.gpu_timer",
+                        lambda target: lambda trial, _sizes: 1.0 if trial.config["persistent"] else 2.0)
+    artifact = compiler.compile(graph, target, {"benchmark_fusion": False}, tuning_cache=MemoryTuningCache())
+    rebuilt = [k for k in artifact.manifest["kernels"] if k["config"].get("outer") and k["config"]["persistent"]
+               and not k["autotune"]["candidates"][0]["persistent"]]
+    assert rebuilt, [k["config"] for k in artifact.manifest["kernels"]]
+    assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs), where=name)
