@@ -51,6 +51,13 @@ LOOPED_RBLOCK_MIN = 1024  # a persistent row of 2048+ elements is also tried as 
 MIN_PROGRAMS = 256
 # A looped column reduction over at most this many rows is also tried with its rows in registers.
 SHORT_COLUMN_ROWS = 1024
+# A crossed reduction (see _crossed_variants) tries these (columns, rows per step, warps) tiles, and
+# persistent rows of at most CROSSED_PERSISTENT_RBLOCK elements, several to a program up to 8x that.
+CROSSED_TILES = ((32, 64, 4), (64, 32, 4), (64, 64, 8), (16, 128, 4), (8, 128, 4))
+CROSSED_PERSISTENT_RBLOCK = 2048
+# ...and may launch as few programs as this: a crossed kernel over 1280 channels has no wide tile
+# that gives 256 programs (EfficientNet's squeeze-and-excitation BatchNorm backward).
+CROSSED_MIN_PROGRAMS = 128
 # (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py). Pipelining its
 # loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards).
 MIXED_VARIANTS = ((1, 1), (1, 4), (2, 1), (2, 2), (4, 4), (4, 8), (8, 4))
@@ -159,12 +166,39 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
                     {"RBLOCK": rblock * 2, "num_warps": 16}, {"RBLOCK": rblock * 2, "num_warps": 32},
                     {"XBLOCK": base["XBLOCK"] * 2}, {"num_stages": 2}]  # software-pipelined loads across loop steps
     configs = [dict(base)]
-    for variant in variants:
+    crossed = _crossed_variants(kernel) if can_regenerate and getattr(kernel, "crossed", False) else []
+    for variant, floor in [(v, MIN_PROGRAMS) for v in variants] + [(v, CROSSED_MIN_PROGRAMS) for v in crossed]:
         config = base | variant
         if config not in configs and config["XBLOCK"] <= max(1, _next_power_of_2(kernel.numel)) \
-                and _programs(kernel, config) >= min(MIN_PROGRAMS, _programs(kernel, base)):
+                and _programs(kernel, config) >= min(floor, _programs(kernel, base)):
             configs.append(config)
     return configs
+
+
+def needs_own_source(config: dict, written_for: dict) -> bool:
+    """Whether a candidate config needs its kernel written anew: persistent and looped kernels differ,
+    and so do row and column kernels (a row kernel's row windows)."""
+    return config["persistent"] != written_for["persistent"] or \
+        bool(config.get("outer")) != bool(written_for.get("outer"))
+
+
+def _crossed_variants(kernel: Any) -> list[dict]:
+    """A crossed reduction (codegen.is_crossed: it reads or writes one tensor along its rows and
+    another across them, as a BatchNorm backward reading channels-last and writing NCHW does) also
+    tries the other family's configs, each written anew: a row kernel tiles of columns x rows per
+    step, as a column kernel does, and rows held several to a program, so that a load across them
+    spans a sector; a column kernel its rows whole in registers, one or a few to a program."""
+    base, rblock = kernel.config, _next_power_of_2(kernel.rnumel)
+    if base.get("outer"):
+        if rblock > CROSSED_PERSISTENT_RBLOCK:
+            return []
+        return [{"persistent": True, "outer": False, "XBLOCK": x, "RBLOCK": rblock, "num_warps": w}
+                for x, w in ((1, 4), (max(1, 2048 // rblock), 4), (max(1, 4096 // rblock), 8))]
+    tiles = [{"persistent": False, "outer": True, "XBLOCK": x, "RBLOCK": r, "num_warps": w} for x, r, w in CROSSED_TILES]
+    if base["persistent"]:
+        tiles += [{"XBLOCK": x, "num_warps": w} for x, w in ((4, 8), (8, 8), (8, 16), (16, 16))
+                  if x * rblock <= CROSSED_PERSISTENT_RBLOCK * 8]
+    return tiles
 
 
 def _whole_columns(rnumel: int) -> list[dict]:
@@ -240,8 +274,8 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
 def _plan(kernel: Any, target: str, cache: TuningCache, regenerate: Regenerate | None) -> _Tuning:
     candidates = candidate_configs(kernel, can_regenerate=regenerate is not None)
     key = tuning_key(kernel, target, candidates)
-    trials = [replace(kernel, config=config) if config["persistent"] == kernel.config["persistent"]
-              else regenerate(kernel, config) for config in candidates]
+    trials = [regenerate(kernel, config) if needs_own_source(config, kernel.config)
+              else replace(kernel, config=config) for config in candidates]
     return _Tuning(kernel, candidates, key, cache.get(key), trials)
 
 

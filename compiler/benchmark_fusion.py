@@ -32,6 +32,7 @@ from compiler.codegen import generate_kernel
 from compiler.codegen.aot import build_cubins
 from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
 from compiler.dependencies import ReadWrites
+from compiler.inline_gathers import GATHERED_TRIAL
 from compiler.ir import Program
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, Schedule, internal_buffers
@@ -111,22 +112,26 @@ class FusionBenchmarker:
                             f"(one launch counts {LAUNCH_COST_MS} ms)"}
         return keep, record
 
-    def pick_schedule(self, recomputed: Schedule, stored: Schedule, producers: list[str]) -> Schedule:
-        """The faster of two whole schedules: gathered results recomputed at each gathered element
-        (inline_gathers, the heuristic's choice) or stored once and read back. Keeps the
-        recomputing one unless the stored one is strictly faster, or when the budget is spent."""
+    def pick_schedule(self, recomputed: Schedule, stored: Schedule, producers: list[str],
+                      trial: tuple[str, str] = GATHERED_TRIAL, prefer_recomputed: bool = True) -> Schedule:
+        """The faster of two whole schedules: `producers` recomputed by their readers, or stored once
+        and read back. `trial`: (who recomputes, why it was timed), for the manifest. The preferred
+        one (recomputing gathered results, the heuristic's choice; storing transposed results) is
+        kept unless the other is strictly faster, and when the budget is spent."""
         if self.spent_s > self.budget_s:
-            return recomputed
+            return recomputed if prefer_recomputed else stored
         started = time.perf_counter()
         recomputed_ms, stored_ms = self._kernel_times(recomputed), self._kernel_times(stored)
         self.spent_s += time.perf_counter() - started
-        keep = not with_launches(stored_ms) < with_launches(recomputed_ms)
-        chosen = recomputed if keep else stored
+        if prefer_recomputed:
+            recompute = not with_launches(stored_ms) < with_launches(recomputed_ms)
+        else:
+            recompute = with_launches(recomputed_ms) < with_launches(stored_ms)
+        chosen = recomputed if recompute else stored
+        readers, why = trial
         chosen.fusion_log["benchmarked"].append({
-            "node1": ", ".join(producers), "node2": "their gathering readers",
-            "why_benchmarked": "recompute: results read only through gathers are recomputed at each gathered "
-                               "element instead of stored (both whole schedules timed)",
-            "fused_ms": sum(recomputed_ms), "unfused_ms": stored_ms, "fused": keep,
+            "node1": ", ".join(producers), "node2": readers, "why_benchmarked": why,
+            "fused_ms": sum(recomputed_ms), "unfused_ms": stored_ms, "fused": recompute,
             "recomputed_kernels_ms": recomputed_ms,
             "reason": f"benchmark: recomputing takes {sum(recomputed_ms):.4f} ms in {len(recomputed_ms)} kernels, "
                       f"storing {sum(stored_ms):.4f} ms in {len(stored_ms)} (one launch counts {LAUNCH_COST_MS} ms)"})

@@ -14,6 +14,13 @@ evaluate its body at the element they read, and the node itself is then dead, wh
   partner. No loop of the scheduler can hold such a pair when the reader's iteration space or
   its second index differs; the reader evaluates the node where it reads it (about the same
   arithmetic), and the buffer's write and read are gone.
+
+A pass of its own (`inline_transposed_producers`) inlines a *transposed* producer: read by several
+readers, a reduction among them, loading no more bytes per element than it stores and storing
+along another dim than it loads (an activation's gradient of a channels-last tensor that the meta
+kernels lay out NCHW, feeding a norm's backward sums and apply). The scheduler runs it before
+reductions are split, on a copy of the program, only where a GPU judge times that schedule
+against the other (compiler/scheduler.py).
 """
 
 from __future__ import annotations
@@ -25,27 +32,36 @@ import sympy
 
 from compiler.dependencies import MemoryDep, ReadWrites, StarDep, extract_read_writes
 from compiler.graph import ITEMSIZES
-from compiler.indexing import Expr, ModularIndexing, index_symbol
+from compiler.indexing import Expr, ModularIndexing, affine_coefficients, index_symbol
 from compiler.ir import ComputeNode, Layout, Program
 from compiler.ops import load_view
 
 MAX_INLINE_PASSES = 4
 
+# (who recomputes, why both schedules were timed): the manifest's record of a recompute-or-store trial
+GATHERED_TRIAL = ("their gathering readers", "recompute: results read only through gathers are recomputed at each "
+                  "gathered element instead of stored (both whole schedules timed)")
+TRANSPOSED_TRIAL = ("their readers, from the inputs", "transposed: results stored along another dim than their "
+                    "inputs and read by reductions are recomputed by their readers from the inputs, in the inputs' "
+                    "layout, instead of stored (both whole schedules timed)")
 
-def gathered_producers(program: Program, read_writes: dict[str, ReadWrites] | None = None) -> list[ComputeNode]:
-    """The nodes inlining would recompute at their gathered elements (one pass's worth)."""
+
+def gathered_producers(program: Program, read_writes: dict[str, ReadWrites] | None = None,
+                       rule: Callable[..., bool] | None = None) -> list[ComputeNode]:
+    """The nodes inlining would recompute at their gathered elements (one pass's worth); with `rule`,
+    those that rule picks instead (`_transposed_for_reductions`)."""
     read_writes = read_writes or {n.name: extract_read_writes(n) for n in program.nodes}
     uses = _BufferUses(program, read_writes)
-    return [n for n in program.nodes if _inlinable(n, read_writes, uses)]
+    return [n for n in program.nodes if _inlinable(n, read_writes, uses, rule or _recomputed_cheaper)]
 
 
-def inline_gathered_producers(program: Program) -> dict[str, ReadWrites] | None:
+def inline_gathered_producers(program: Program, rule: Callable[..., bool] | None = None) -> dict[str, ReadWrites] | None:
     """Rewrites readers' bodies in place and drops the producers from the program. Returns the
     dependencies of every node of the program as it leaves it, when it found them (the scheduler
     needs them next), else None."""
     for _ in range(MAX_INLINE_PASSES):
         read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
-        candidates = gathered_producers(program, read_writes)
+        candidates = gathered_producers(program, read_writes, rule)
         if not candidates:
             return read_writes
         uses = _BufferUses(program, read_writes)
@@ -58,6 +74,22 @@ def inline_gathered_producers(program: Program) -> dict[str, ReadWrites] | None:
         # gone at once, not left to dead-node elimination: their own inputs may be inlinable next pass
         inlined = {id(n) for n in candidates}
         program.nodes[:] = [n for n in program.nodes if id(n) not in inlined]
+
+
+def transposed_producers(program: Program) -> list[ComputeNode]:
+    """The nodes `_transposed_for_reductions` would pick once the widening producers between them and
+    their readers are inlined (a bf16 gradient cast to float32 inside a BatchNorm backward)."""
+    read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
+    uses = _BufferUses(program, read_writes)
+    return [n for n in program.nodes if _inlinable(n, read_writes, uses, _transposed_for_reductions, through_widening=True)]
+
+
+def inline_transposed_producers(program: Program) -> None:
+    """Inlines the transposed producers and the widening producers around them (their readers'
+    casts, their inputs' broadcasts). The scheduler runs this before it splits reductions, since
+    a reduction's split follows the layout it reads: two sums over one channels-last tensor split
+    alike and share a kernel, where one of them read the NCHW copy."""
+    inline_gathered_producers(program, _transposed_or_widening)
 
 
 class _BufferUses:
@@ -77,23 +109,51 @@ class _BufferUses:
                 self.writers.setdefault(buffer, []).append(node)
 
 
-def _inlinable(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
+def _inlinable(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses, rule: Callable[..., bool],
+               through_widening: bool = False) -> bool:
+    """`through_widening`: a reader that widens (and will be inlined itself) counts as its readers."""
+    if not _plain_producer(node, uses):
+        return False
+    name = node.stores[0].buffer.name
+    readers = uses.readers.get(name, [])
+    if through_widening:
+        readers = [later for r in readers
+                   for later in (uses.readers.get(r.stores[0].buffer.name, []) if _widening_reader(r, read_writes, uses)
+                                 else [r])]
+    if not readers or any(not isinstance(r, ComputeNode) for r in readers):
+        return False
+    if not rule(node, readers, read_writes, uses):
+        return False
+    writers = [n for n in uses.writers.get(name, []) if n is not node]
+    return not writers and _inputs_unchanged(node, readers, read_writes, uses)
+
+
+def _plain_producer(node: Any, uses: _BufferUses) -> bool:
+    """A pointwise node storing one dense buffer of its own, which no graph output is."""
     if not isinstance(node, ComputeNode) or node.is_reduction or len(node.stores) != 1:
         return False
     store = node.stores[0]
-    name = store.buffer.name
-    if store.buffer.kind != "computed" or store.layout.size != store.buffer.layout.size or \
-            name in uses.outputs or not store.layout.is_dense() or 0 in store.layout.size:
-        return False
-    readers = uses.readers.get(name, [])
-    if not readers or any(not isinstance(r, ComputeNode) for r in readers):
-        return False
-    reads_by_readers = [d for r in readers for d in read_writes[r.name].reads if d.buffer == name]
-    if not all(isinstance(d, StarDep) for d in reads_by_readers) and not _widens(node, read_writes, uses) \
-            and not _read_once_elsewhere(node, readers, reads_by_readers):
-        return False  # some reader reads it in order: fusion serves that better than recompute
-    writers = [n for n in uses.writers.get(name, []) if n is not node]
-    return not writers and _inputs_unchanged(node, readers, read_writes, uses)
+    return not (store.buffer.kind != "computed" or store.layout.size != store.buffer.layout.size or
+                store.buffer.name in uses.outputs or not store.layout.is_dense() or 0 in store.layout.size)
+
+
+def _widening_reader(node: Any, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
+    """A plain producer that widens: the first rules inline it, wherever it is read."""
+    return _plain_producer(node, uses) and _widens(node, read_writes, uses)
+
+
+def _transposed_or_widening(node: ComputeNode, readers: list, read_writes: dict[str, ReadWrites],
+                            uses: _BufferUses) -> bool:
+    return _widens(node, read_writes, uses) or _transposed_for_reductions(node, readers, read_writes, uses)
+
+
+def _recomputed_cheaper(node: ComputeNode, readers: list, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
+    """The rules the module docstring lists first (read through gathers, widening, read once
+    elsewhere); transposed producers have a pass of their own."""
+    reads_by_readers = [d for r in readers for d in read_writes[r.name].reads if d.buffer == node.stores[0].buffer.name]
+    # otherwise some reader reads it in order: fusion serves that better than recompute
+    return all(isinstance(d, StarDep) for d in reads_by_readers) or _widens(node, read_writes, uses) \
+        or _read_once_elsewhere(node, readers, reads_by_readers)
 
 
 BROADCAST_REUSE = 8  # a load whose elements are each read for this many outputs or more comes from cache
@@ -105,18 +165,65 @@ COSTLY_OPS = frozenset({"exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "
 
 
 def _widens(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
-    """Whether the node reads fewer bytes per output element than it writes. Loads of values
-    broadcast over many outputs (a scalar, a per-row mean) cost nothing per element."""
-    written = ITEMSIZES[node.stores[0].buffer.dtype]
+    """Whether the node reads fewer bytes per output element than it writes."""
+    read = _bytes_read_per_element(node, read_writes, uses)
+    return read is not None and read < ITEMSIZES[node.stores[0].buffer.dtype] and not (_ops_used(node) & COSTLY_OPS)
+
+
+def _bytes_read_per_element(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _BufferUses,
+                            through_widening: bool = False) -> int | None:
+    """Bytes the node loads per output element; loads of values broadcast over many outputs (a
+    scalar, a per-row mean) cost nothing per element. None when a load is not a plain one. With
+    `through_widening`, a load of a widening producer's result (inlined later) costs what that
+    producer loads per element (an expanded gradient divided by the pixels it was averaged over)."""
     sizes = {index_symbol("x", i): size for i, size in enumerate(node.ranges)}
     read = 0
     for dep in read_writes[node.name].reads:
         if not isinstance(dep, MemoryDep) or dep.buffer not in uses.dtypes:
-            return False
+            return None
         footprint = math.prod(sizes.get(symbol, 1) for symbol in dep.index.free_symbols)
-        if footprint * BROADCAST_REUSE > node.numel:
+        if footprint * BROADCAST_REUSE <= node.numel:
+            continue
+        writers = uses.writers.get(dep.buffer, [])
+        if through_widening and len(writers) == 1 and _widening_reader(writers[0], read_writes, uses):
+            read += _bytes_read_per_element(writers[0], read_writes, uses) or 0
+        else:
             read += ITEMSIZES[uses.dtypes[dep.buffer]]
-    return read < written and not (_ops_used(node) & COSTLY_OPS)
+    return read
+
+
+# Math a memory-bound reader repeats for free: one or two special-function instructions per element.
+# Trigonometry, powers and the like stay COSTLY for the rule below.
+CHEAP_TRANSCENDENTALS = frozenset({"exp", "exp2", "log", "log2", "log1p", "expm1", "sigmoid", "tanh", "erf"})
+
+
+def _transposed_for_reductions(node: ComputeNode, readers: list, read_writes: dict[str, ReadWrites],
+                               uses: _BufferUses) -> bool:
+    """Several readers, a reduction among them, no more bytes read per element than written, and
+    a store that runs along another dim than the node's loads: an activation's gradient (SiLU's,
+    GELU's) of a channels-last tensor that the meta kernels lay out NCHW, feeding a norm's backward
+    sums and apply. Each reader recomputes it from its inputs, in their layout: the same bytes
+    read, the write saved, and the norm's kernels no longer read one tensor across the other."""
+    if len(readers) < 2 or not any(r.is_reduction for r in readers) or not _transposes(node, read_writes, uses):
+        return False
+    read = _bytes_read_per_element(node, read_writes, uses, through_widening=True)
+    return read is not None and read <= ITEMSIZES[node.stores[0].buffer.dtype] and \
+        not (_ops_used(node) & (COSTLY_OPS - CHEAP_TRANSCENDENTALS))
+
+
+def _transposes(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
+    """Whether the node's store is contiguous along one of its dims and a load that reads an element
+    per output element is contiguous along another."""
+    symbols = [index_symbol("x", i) for i, size in enumerate(node.ranges) if size != 1]
+
+    def unit_dim(dep: Any) -> Any:
+        affine = affine_coefficients(dep.index, symbols) if isinstance(dep, MemoryDep) else None
+        units = [s for s, c in affine[0].items() if c == 1] if affine is not None else []
+        return units[0] if len(units) == 1 and len(affine[0]) == len(symbols) else None
+
+    (store,) = read_writes[node.name].writes
+    stored = unit_dim(store)
+    return stored is not None and any(unit_dim(d) not in (None, stored) for d in read_writes[node.name].reads)
 
 
 MAX_SPREAD = 4  # loads of the node by its reader, at most this many per element of the node

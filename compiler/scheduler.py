@@ -40,7 +40,9 @@ from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.memory_order import draws_random_numbers, reorder_for_peak_memory
 from compiler.mixed_order import is_column_pass, is_row_pass, mix_chunk, mixed_group_mapping
 from compiler.options import CompileOptions
-from compiler.inline_gathers import gathered_producers, inline_gathered_producers
+from compiler.inline_gathers import (
+    TRANSPOSED_TRIAL, gathered_producers, inline_gathered_producers, inline_transposed_producers, transposed_producers,
+)
 from compiler.split_reductions import split_reductions
 from compiler.row_order import choose_row_order
 from compiler.tiling import choose_tiling
@@ -132,9 +134,21 @@ class Schedule:
 def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Schedule:
     """`judge(first, second, fused, read_writes, program)`, when given (a GPU worker's
     compiler.benchmark_fusion.FusionBenchmarker), may overrule a legal fusion: it returns None
-    (no opinion) or (keep, record) after timing the fused kernel against its parts. With a
-    judge, a program whose gathered results could be recomputed (inline_gathers) is scheduled
-    both ways and `judge.pick_schedule(recomputed, stored, producers)` keeps the faster."""
+    (no opinion) or (keep, record) after timing the fused kernel against its parts. With a judge,
+    a program with transposed producers (inline_gathers.transposed_producers) is also scheduled with
+    them inlined before its reductions are split, and `judge.pick_schedule` keeps that one only when
+    it is faster; and a program whose gathered results could be recomputed (inline_gathers) is
+    scheduled both ways and `judge.pick_schedule(recomputed, stored, producers)` keeps the faster."""
+    transposed = [n.name for n in transposed_producers(program)] if judge is not None else []
+    if transposed:
+        inlined = copy.deepcopy(program)
+        inline_transposed_producers(inlined)
+        return judge.pick_schedule(_split_and_fuse(inlined, options, judge), _split_and_fuse(program, options, judge),
+                                   transposed, TRANSPOSED_TRIAL, prefer_recomputed=False)
+    return _split_and_fuse(program, options, judge)
+
+
+def _split_and_fuse(program: Program, options: CompileOptions, judge: Any) -> Schedule:
     split_reductions(program)
     producers = [n.name for n in gathered_producers(program)] if judge is not None else []
     if producers:  # recompute or store: schedule both ways, time both

@@ -385,3 +385,39 @@ def test_layer_norm_rows_start_one_per_program_on_one_warp():
     config = launch_config(KernelShape(8192, 768, True), "cuda:sm_90")
     assert (config["XBLOCK"], config["num_warps"], config["persistent"]) == (1, 1, True)
     assert launch_config(KernelShape(8192, 128, True), "cuda:sm_90")["XBLOCK"] > 1
+
+
+def test_a_crossed_reduction_also_tries_column_tiles_with_their_own_source(monkeypatch):
+    """A BatchNorm backward reading channels-last and writing NCHW (EfficientNet's squeeze-and-
+    excitation tail) is crossed: a row kernel that also tries tiles of columns x rows, written anew
+    as a column kernel, and adopts one when it is faster."""
+    import torch
+
+    from compiler.autotune import CROSSED_TILES, needs_own_source, tune_and_build
+    from compiler.codegen import generate
+
+    aten = torch.ops.aten
+
+    def fn(g, x, w, mean, invstd):
+        grad = aten.silu_backward.default(aten.div.Scalar(aten.expand.default(g, [32, 256, 7, 7]), 49), x)
+        return aten.native_batch_norm_backward.default(grad, x, w, None, None, mean, invstd, True, 1e-5, [True] * 3)
+
+    inputs = [torch.randn(32, 256, 1, 1, dtype=torch.bfloat16),
+              torch.randn(32, 256, 7, 7, dtype=torch.bfloat16).to(memory_format=torch.channels_last),
+              torch.randn(256), torch.randn(256), torch.rand(256) + 0.5]
+    scheduled = schedule(lower(_trace(fn, *inputs)), CompileOptions())
+    generated = generate(scheduled, TARGET)
+    crossed = [k for k in generated.kernels if k.crossed]
+    assert crossed and all(not k.config.get("outer") for k in crossed)
+    kernel = crossed[0]
+    tiles = [c for c in candidate_configs(kernel, can_regenerate=True) if c.get("outer")]
+    assert tiles and {(c["XBLOCK"], c["RBLOCK"]) for c in tiles} <= {(x, r) for x, r, _ in CROSSED_TILES}
+    assert all(needs_own_source(c, kernel.config) for c in tiles)
+    assert not [c for c in candidate_configs(kernel) if c.get("outer")]  # without a new source, none
+
+    def prefer_tiles(trial, _sizes):
+        return 1.0 if trial.config.get("outer") else 2.0
+
+    monkeypatch.setattr("compiler.autotune.gpu_timer", lambda target: prefer_tiles)  # the fake GPU
+    tune_and_build(generated, scheduled, TARGET, CompileOptions())
+    assert kernel.config == tiles[0] and "for roffset" in kernel.source

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
+import compiler
+from client.runtime import load
+from compiler.fx_import import from_fx
 from tests.lowering_cases import (
     BF16, BOOL, FLOAT32, FLOAT_DTYPES, INT64, SHAPES, SMALL_SHAPES, check, expanded, layouts, rand, strided,
     transposed,
@@ -538,3 +542,39 @@ def test_functions_the_interpreter_lacks_run_as_aten(fn):
     result = check(lambda x: fn(x) * 2, rand((5, 7)) * 0.5, expect_no_extern=False)
     assert result.externs  # the function itself; the multiplication is still a kernel
     assert result.kernels
+
+
+def test_empty_tensors_are_allocated_not_written():
+    """`empty` and its kin launch no kernel: outputs are allocations in eager's layout (channels-last
+    kept), and kernels reading an empty tensor's shape (fill, bernoulli) still compute the right thing."""
+    aten = torch.ops.aten
+
+    def fn(x):
+        return (aten.new_empty.default(x, [x.shape[0], 1, 1, 1]), torch.empty_like(x),
+                torch.empty((2, 3), dtype=INT64), aten.new_empty_strided.default(x, [3, 2], [1, 3]),
+                aten.fill.Scalar(torch.empty_like(x), 2.5) * x)
+
+    x = rand((5, 3, 4, 6)).to(memory_format=torch.channels_last)
+    artifact = compiler.compile(from_fx(make_fx(fn)(x), [x]), "cpu")
+    steps = artifact.manifest["plan"]["steps"]
+    assert [s["target"] for s in steps if s["op"] == "extern"] == ["aten.empty_strided.default"] * 4
+    assert len(artifact.manifest["kernels"]) == 1  # only the fill-and-multiply writes anything
+    got, want = load(artifact)(x), fn(x)
+    for g, w in zip(got, want):
+        assert (g.shape, g.stride(), g.dtype) == (w.shape, w.stride(), w.dtype)
+    torch.testing.assert_close(got[-1], want[-1])
+
+
+def test_an_empty_tensor_read_twice_is_one_allocation():
+    """Two ATen calls taking one empty tensor get the same storage, as in eager."""
+    def fn(x):
+        e = torch.empty_like(x)
+        return torch.ops.aten.bernoulli.p(e, 0.5), torch.ops.aten.bernoulli.p(e, 0.25), e
+
+    x = rand((4, 9))
+    artifact = compiler.compile(from_fx(make_fx(fn)(x), [x]), "cpu", {"eager_random": True})
+    externs = [s["target"] for s in artifact.manifest["plan"]["steps"] if s["op"] == "extern"]
+    assert externs.count("aten.empty_strided.default") == 1
+    first, second, e = load(artifact)(x)
+    assert set(first.unique().tolist()) <= {0.0, 1.0} and set(second.unique().tolist()) <= {0.0, 1.0}
+    assert e.shape == x.shape

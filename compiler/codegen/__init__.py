@@ -15,6 +15,7 @@ from compiler.codegen.group import assemble, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
 from compiler.dependencies import MemoryDep
+from compiler.graph import ITEMSIZES
 from compiler.gc_pause import paused_gc
 from compiler.indexing import RINDEX
 from compiler.options import CompileOptions
@@ -29,6 +30,11 @@ INT32_LIMIT = 2**31 - 1
 # 65536 1.020 against 1.021; bf16 rows of 128256 (LLaMA-3's vocabulary) 1.695 against 1.449,
 # where a row (256 KB) times the rows in flight no longer stays in L2 between passes.
 ONLINE_SOFTMAX_MIN_ROW = 64 * 1024
+# A reduction is "crossed" when the bytes it moves along its smaller direction are at least this
+# share of those along the larger: a BatchNorm backward reading channels-last inputs and writing an
+# NCHW gradient (EfficientNet's squeeze-and-excitation), a channels-last LayerNorm backward writing
+# NCHW. Autotuning then tries both families of configs.
+CROSSED_SHARE = 4
 
 
 @dataclass
@@ -44,6 +50,7 @@ class KernelSource:
     cubin: bytes | None = None
     cubin_metadata: dict[str, Any] | None = None
     tuning: dict[str, Any] | None = None  # autotuning trials, when a GPU timed them
+    crossed: bool = False  # a reduction whose accesses run along both xindex and rindex (is_crossed)
 
 
 @dataclass
@@ -100,6 +107,42 @@ def is_outer_reduction(group: KernelGroup, read_writes: dict) -> bool:
     return votes > 0
 
 
+def is_crossed(group: KernelGroup, read_writes: dict, buffers: dict) -> bool:
+    """Whether a reduction kernel moves a good share of its bytes both along its outputs and along
+    its reduction (a norm's backward reading one tensor channels-last and another NCHW): a tile then
+    wants to be wide in both, and which family of configs (rows or columns) does better is a matter
+    for timing (autotuning tries both)."""
+    along_x, along_r = access_directions(group, read_writes, buffers)
+    return min(along_x, along_r) * CROSSED_SHARE >= max(along_x, along_r) > 0
+
+
+def access_directions(group: KernelGroup, read_writes: dict, buffers: dict) -> tuple[int, int]:
+    """Bytes a reduction kernel moves through accesses contiguous along its outputs (xindex) and
+    along its reduction (rindex), over its distinct loads and stores: all of its nodes' (the
+    pointwise work fused before and after the reduction too), leaving out what stays in registers
+    (reads of buffers the kernel writes itself, stores never allocated) and accesses broadcast over
+    the reduction. An access moves at most its buffer's bytes."""
+    written = set().union(*(read_writes[n].write_buffers() for n in group.node_names))
+    accesses = set()
+    for node in group.nodes:
+        rw = read_writes[node.name]
+        loads = [d for d in rw.reads if d.buffer not in written]
+        stores = [d for d in rw.writes if d.buffer not in group.internal]
+        for dep in loads + stores:
+            if isinstance(dep, MemoryDep):
+                accesses.add((dep.buffer, group.mapping.nodes[node.name].apply(dep.index, group.mapping.bounds)))
+    along_x = along_r = 0
+    for buffer, index in accesses:
+        if RINDEX not in index.free_symbols:
+            continue
+        layout = buffers[buffer].layout
+        moved = min(layout.storage_numel(), group.numel * group.rnumel) * ITEMSIZES[layout.dtype]
+        x, r = unit_steps(index, group.numel, group.rnumel)
+        along_r += moved if r else 0
+        along_x += moved if x and not r else 0
+    return along_x, along_r
+
+
 def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str,
                     config: dict[str, Any] | None = None) -> KernelSource:
     """The group's kernel with the heuristics' launch config, or with `config` (autotuning's
@@ -121,4 +164,5 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
     return KernelSource(
         name=group.name, source=source, arguments=arguments, numel=group.numel, rnumel=group.rnumel,
         config=config, nodes=group.node_names, origins=sorted({o for n in group.nodes for o in n.origins}),
+        crossed=group.is_reduction and not group.mix_rows and is_crossed(group, schedule.read_writes, buffers),
     )

@@ -12,7 +12,7 @@ import torch
 
 from compiler.bounds import WorkLimits
 from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store, TensorArg
-from compiler.lowering.values import StorageView, TensorValue, compute_dtype
+from compiler.lowering.values import StorageView, TensorValue, Uninitialized, compute_dtype
 
 
 SEED_BOUND = 2**62  # seeds are drawn from [0, SEED_BOUND): Philox keys of 64 bits, never negative
@@ -68,9 +68,20 @@ class LoweringContext:
         if isinstance(value, StorageView) and layout is None:
             return value
         layout = layout or Layout.contiguous(value.size, value.dtype)
+        if isinstance(value, Uninitialized):
+            return self._allocate(value, layout)
         buffer = self.new_buffer(layout)
         self.store(value, Store(buffer, layout))
         return StorageView(buffer, layout)
+
+    def _allocate(self, value: Uninitialized, layout: Layout) -> StorageView:
+        """An uninitialized tensor's storage: an ATen allocation at run time, no kernel (a CUDA graph
+        replays it for free). Made once: every reader of the tensor sees the same storage."""
+        if value.realized is None:
+            meta = torch.empty_strided(layout.size, layout.stride, dtype=getattr(torch, layout.dtype), device="meta")
+            (value.realized,) = self.extern("aten.empty_strided.default", [list(layout.size), list(layout.stride)],
+                                            {"dtype": meta.dtype, "device": torch.device("meta")}, [meta])
+        return value.realized
 
     def store(self, value: TensorValue, store: Store) -> None:
         """Writes `value` through `store` (a new buffer, or a view of an existing one for in-place ops)."""

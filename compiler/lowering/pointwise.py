@@ -15,7 +15,7 @@ import torch
 from compiler.fx_import import dtype_name
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
-from compiler.lowering.values import FLOATS, LOW_PRECISION, Lazy, TensorValue, compute_dtype
+from compiler.lowering.values import FLOATS, LOW_PRECISION, Lazy, TensorValue, Uninitialized, compute_dtype
 from compiler.lowering.views import broadcast_to
 
 Operand = TensorValue | int | float | bool
@@ -327,10 +327,18 @@ def full_like(ctx: LoweringContext, x: TensorValue, value: Any, **kwargs: Any) -
     return constant_tensor(ctx, value)
 
 
-@register("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default", "aten.empty.memory_format",
-          "aten.empty_like.default", "aten.new_empty.default", "aten.empty_strided.default", "aten.zero.default")
+@register("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default", "aten.zero.default")
 def zeros(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Lazy:
     return constant_tensor(ctx, 0)
+
+
+@register("aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty.default",
+          "aten.empty_strided.default", "aten.new_empty_strided.default")
+def empty(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Uninitialized:
+    """No kernel writes an empty tensor: its readers inside kernels see zeros, and where it must be
+    real (a graph output, an extern call's argument) it is only allocated."""
+    zero = constant_tensor(ctx, 0)
+    return Uninitialized(zero.size, zero.dtype, zero.fn)
 
 
 @register("aten.ones.default", "aten.ones_like.default", "aten.new_ones.default")

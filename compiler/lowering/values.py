@@ -64,3 +64,12 @@ class Lazy(TensorValue):
 
     def load(self, ops: Any, index: Sequence[Expr]) -> Any:
         return self.fn(ops, index)
+
+
+@dataclass
+class Uninitialized(Lazy):
+    """A tensor whose values are unspecified (`empty`, `new_empty`, `empty_like`...). Read inside a
+    kernel it is zeros (any value is right); realized (a graph's node, an output, an extern call's
+    argument) it is an allocation that no kernel writes: `LoweringContext.realize` makes it once."""
+
+    realized: "StorageView | None" = None

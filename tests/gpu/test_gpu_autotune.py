@@ -117,3 +117,52 @@ def test_column_reductions_rebuilt_with_their_rows_in_registers_match_eager(monk
                and not k["autotune"]["candidates"][0]["persistent"]]
     assert rebuilt, [k["config"] for k in artifact.manifest["kernels"]]
     assert_close_outputs(load(artifact)(*inputs), run_eager(graph, inputs), where=name)
+
+
+def _silu_batch_norm_backward_case():
+    """EfficientNet's squeeze-and-excitation tail, backward, at its size: channels-last inputs, an
+    NCHW gradient (as the meta kernels lay it out)."""
+    aten = torch.ops.aten
+
+    def fn(g, x, w, mean, invstd):
+        grad = aten.silu_backward.default(aten.div.Scalar(aten.expand.default(g, [32, 1280, 7, 7]), 49), x)
+        return aten.native_batch_norm_backward.default(grad, x, w, None, None, mean, invstd, True, 1e-5, [True] * 3)
+
+    inputs = [torch.randn(32, 1280, 1, 1, device="cuda", dtype=torch.bfloat16),
+              torch.randn(32, 1280, 7, 7, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last),
+              torch.randn(1280, device="cuda"), torch.randn(1280, device="cuda"), torch.rand(1280, device="cuda") + 0.5]
+    return from_fx(make_fx(fn)(*inputs), inputs), inputs
+
+
+def test_a_transposed_producer_is_timed_inlined_against_stored_and_both_match_eager(monkeypatch):
+    graph, inputs = _silu_batch_norm_backward_case()
+    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    reference = run_eager(graph, [t.double() for t in inputs])
+    eager = run_eager(graph, inputs)
+    artifact = compiler.compile(graph, target, {"autotune": False})
+    decision = next(d for d in artifact.manifest["fusion"]["benchmarked"] if d["why_benchmarked"].startswith("transposed"))
+    from compiler.benchmark_fusion import with_launches
+
+    assert decision["fused"] == (with_launches(decision["recomputed_kernels_ms"]) < with_launches(decision["unfused_ms"]))
+    for keep_inlined in (True, False):  # either way, forced, the results stay right
+        monkeypatch.setattr("compiler.benchmark_fusion.FusionBenchmarker.pick_schedule",
+                            lambda self, recomputed, stored, *a, **k: recomputed if keep_inlined else stored)
+        forced = compiler.compile(graph, target, {"autotune": False})
+        for i, (got, want, ref) in enumerate(zip(load(forced)(*inputs), eager, reference)):
+            rmse = lambda v: (v.double() - ref).pow(2).mean().sqrt().item()  # noqa: E731
+            assert rmse(got) <= 2 * rmse(want) + 1e-6, f"inlined={keep_inlined} output {i}"
+
+
+def test_a_crossed_reduction_adopting_a_column_tile_matches_eager(monkeypatch):
+    graph, inputs = _silu_batch_norm_backward_case()
+    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    monkeypatch.setattr("compiler.autotune.gpu_timer",
+                        lambda target: lambda trial, _sizes: 1.0 if trial.config.get("outer") else 2.0)
+    artifact = compiler.compile(graph, target, {"benchmark_fusion": False}, tuning_cache=MemoryTuningCache())
+    tiled = [k for k in artifact.manifest["kernels"] if k["config"].get("outer")
+             and not k["autotune"]["candidates"][0].get("outer")]
+    assert tiled, [k["config"] for k in artifact.manifest["kernels"]]
+    reference = run_eager(graph, [t.double() for t in inputs])
+    for i, (got, want, ref) in enumerate(zip(load(artifact)(*inputs), run_eager(graph, inputs), reference)):
+        rmse = lambda v: (v.double() - ref).pow(2).mean().sqrt().item()  # noqa: E731
+        assert rmse(got) <= 2 * rmse(want) + 1e-6, f"output {i}"
