@@ -81,7 +81,18 @@ def transposed_producers(program: Program) -> list[ComputeNode]:
     their readers are inlined (a bf16 gradient cast to float32 inside a BatchNorm backward)."""
     read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
     uses = _BufferUses(program, read_writes)
-    return [n for n in program.nodes if _inlinable(n, read_writes, uses, _transposed_for_reductions, through_widening=True)]
+    return [n for n in program.nodes if _plain_producer(n, uses) and _feeds_a_reduction(n, uses)
+            and _transposes(n, read_writes, uses)
+            and _inlinable(n, read_writes, uses, _transposed_for_reductions, through_widening=True)]
+
+
+def _feeds_a_reduction(node: ComputeNode, uses: _BufferUses) -> bool:
+    """A reduction reads the node, or reads a one-store node that reads it (a cast): a cheap test
+    before the others (this runs over every node of a graph)."""
+    readers = uses.readers.get(node.stores[0].buffer.name, [])
+    later = [r2 for r in readers if isinstance(r, ComputeNode) and len(r.stores) == 1
+             for r2 in uses.readers.get(r.stores[0].buffer.name, [])]
+    return any(isinstance(r, ComputeNode) and r.is_reduction for r in readers + later)
 
 
 def inline_transposed_producers(program: Program) -> None:
