@@ -74,7 +74,7 @@ class Buffer:
 
     name: str
     layout: Layout
-    kind: str  # "input" | "constant" | "computed" | "extern"
+    kind: str  # "input" | "constant" | "computed" | "extern" | "uninitialized" (allocated, written by nothing)
 
     @property
     def dtype(self) -> str:

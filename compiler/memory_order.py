@@ -78,7 +78,7 @@ def _buffer_bytes(program: Program, released: frozenset[str]) -> dict[str, int]:
     and the released inputs."""
     return {name: buffer.layout.storage_numel() * ITEMSIZES[buffer.dtype]
             for name, buffer in program.buffers.items()
-            if buffer.kind in ("computed", "extern") or name in released}
+            if buffer.kind in ("computed", "extern", "uninitialized") or name in released}
 
 
 def _step_buffers(step, read_writes: dict[str, ReadWrites], sizes: dict[str, int]) -> _StepBuffers:

@@ -9,8 +9,8 @@
      "outputs": [{"buffer", "size", "stride", "offset", "dtype"}]}
 
 A buffer is allocated right before its first writer and freed right after its last
-reader; graph inputs, outputs and extern results (ATen allocates those) are never
-allocated by the plan. A kernel writes in place (`"inplace": true` on the alloc that reuses
+reader (an uninitialized one, an empty tensor, where lowering's `empty_strided` call stands);
+graph inputs, outputs and extern results (ATen allocates those) are never allocated by the plan. A kernel writes in place (`"inplace": true` on the alloc that reuses
 the buffer) into an input of the same dtype and storage size (its view may differ) that it is
 the last reader of, when it reads each element of that input only where it writes the same
 element, and before writing it: the input's storage is never live twice (Inductor's in-place
@@ -59,6 +59,10 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
                     allocated.add(name)
             if kernel.numel > 0:
                 steps.append(_kernel_step(kernel))
+        elif _allocation_only(step.node, program):  # an empty tensor: allocated like a kernel's output
+            name = step.node.outputs[0].name
+            steps.append(_allocate(name, program.buffers[name], pool))
+            allocated.add(name)
         else:
             steps.append(_extern_step(step.node))
         for name in sorted(step_buffers[i]):
@@ -77,6 +81,11 @@ def build_plan(schedule: Schedule, kernels: dict[str, Any]) -> dict[str, Any]:
     }
     plan["peak_bytes"] = planned_peak_bytes(plan, own_only=True)  # its own allocations: no inputs, externs
     return plan
+
+
+def _allocation_only(node: ExternNode, program: Any) -> bool:
+    """An extern step that only makes an uninitialized tensor (lowering's `empty`)."""
+    return len(node.outputs) == 1 and program.buffers[node.outputs[0].name].kind == "uninitialized"
 
 
 def _buffer_entry(buffer: Any) -> dict[str, Any]:

@@ -75,12 +75,14 @@ class LoweringContext:
         return StorageView(buffer, layout)
 
     def _allocate(self, value: Uninitialized, layout: Layout) -> StorageView:
-        """An uninitialized tensor's storage: an ATen allocation at run time, no kernel (a CUDA graph
-        replays it for free). Made once: every reader of the tensor sees the same storage."""
+        """An uninitialized tensor's storage: an "uninitialized" buffer, which the plan allocates
+        where this ATen `empty_strided` stands (compiler/codegen/plan.py) and no kernel writes. Made
+        once: every reader of the tensor sees the same storage."""
         if value.realized is None:
             meta = torch.empty_strided(layout.size, layout.stride, dtype=getattr(torch, layout.dtype), device="meta")
             (value.realized,) = self.extern("aten.empty_strided.default", [list(layout.size), list(layout.stride)],
                                             {"dtype": meta.dtype, "device": torch.device("meta")}, [meta])
+            value.realized.buffer.kind = "uninitialized"
         return value.realized
 
     def store(self, value: TensorValue, store: Store) -> None:
