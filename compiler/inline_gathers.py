@@ -82,7 +82,7 @@ def transposed_producers(program: Program) -> list[ComputeNode]:
     read_writes = {n.name: extract_read_writes(n) for n in program.nodes}
     uses = _BufferUses(program, read_writes)
     return [n for n in program.nodes if _plain_producer(n, uses) and _feeds_a_reduction(n, uses)
-            and _transposes(n, read_writes, uses)
+            and _transposes(n, read_writes)
             and _inlinable(n, read_writes, uses, _transposed_for_reductions, through_widening=True)]
 
 
@@ -215,14 +215,14 @@ def _transposed_for_reductions(node: ComputeNode, readers: list, read_writes: di
     GELU's) of a channels-last tensor that the meta kernels lay out NCHW, feeding a norm's backward
     sums and apply. Each reader recomputes it from its inputs, in their layout: the same bytes
     read, the write saved, and the norm's kernels no longer read one tensor across the other."""
-    if len(readers) < 2 or not any(r.is_reduction for r in readers) or not _transposes(node, read_writes, uses):
+    if len(readers) < 2 or not any(r.is_reduction for r in readers) or not _transposes(node, read_writes):
         return False
     read = _bytes_read_per_element(node, read_writes, uses, through_widening=True)
     return read is not None and read <= ITEMSIZES[node.stores[0].buffer.dtype] and \
         not (_ops_used(node) & (COSTLY_OPS - CHEAP_TRANSCENDENTALS))
 
 
-def _transposes(node: ComputeNode, read_writes: dict[str, ReadWrites], uses: _BufferUses) -> bool:
+def _transposes(node: ComputeNode, read_writes: dict[str, ReadWrites]) -> bool:
     """Whether the node's store is contiguous along one of its dims and a load that reads an element
     per output element is contiguous along another."""
     symbols = [index_symbol("x", i) for i, size in enumerate(node.ranges) if size != 1]
