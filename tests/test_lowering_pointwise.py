@@ -596,3 +596,20 @@ def test_empty_tensors_written_in_place_match_eager():
         return e, g, torch.cat([e, e]).sum(0)
 
     check(fn, rand((4, 6)))
+
+
+def test_an_empty_tensor_wanted_in_two_layouts_is_allocated_once_and_copied_once():
+    from compiler.ir import ComputeNode, ExternNode, Layout, Program
+    from compiler.lowering.context import LoweringContext
+    from compiler.lowering.values import Uninitialized
+
+    ctx = LoweringContext(Program(inputs=[], nodes=[], outputs=[], buffers={}))
+    empty = Uninitialized((4, 6), "float32", lambda ops, index: ops.constant(0, "float32"))
+    rows = Layout.contiguous((4, 6), "float32")
+    columns = Layout((4, 6), (1, 4), 0, "float32")
+    first = ctx.realize(empty, rows)
+    assert ctx.realize(empty) is first and ctx.realize(empty, rows) is first  # one tensor, one storage
+    copied = ctx.realize(empty, columns)
+    assert copied.layout == columns and copied.buffer is not first.buffer
+    assert first.buffer.kind == "uninitialized" and copied.buffer.kind == "computed"
+    assert [type(n) for n in ctx.program.nodes] == [ExternNode, ComputeNode]  # the allocation, the copy

@@ -67,9 +67,11 @@ class LoweringContext:
         """Computes a Lazy into a new buffer (contiguous unless `layout` says otherwise)."""
         if isinstance(value, StorageView) and layout is None:
             return value
-        layout = layout or Layout.contiguous(value.size, value.dtype)
         if isinstance(value, Uninitialized):
-            return self._allocate(value, layout)
+            if value.realized is None or layout in (None, value.realized.layout):
+                return self._allocate(value, layout or Layout.contiguous(value.size, value.dtype))
+            value = value.realized  # wanted in another layout: a copy of the tensor allocated before
+        layout = layout or Layout.contiguous(value.size, value.dtype)
         buffer = self.new_buffer(layout)
         self.store(value, Store(buffer, layout))
         return StorageView(buffer, layout)
