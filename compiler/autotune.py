@@ -7,8 +7,7 @@ then variants of XBLOCK, RBLOCK, num_warps and num_stages that keep the generate
 valid, none launching fewer than MIN_PROGRAMS programs unless the heuristic's does, and for a
 persistent reduction over 2048+ elements a looped one, for a looped column reduction over a short
 column persistent ones, for a crossed reduction the other family's tiles, each written anew); the
-candidates of all
-kernels are built as cubins in one parallel batch (compiler/codegen/aot.py), launched on random
+candidates of all kernels are built as cubins in one parallel batch (compiler/codegen/aot.py), launched on random
 data, and timed as the kernel benchmark and Inductor time: each launch on a cold L2, between its
 own CUDA events, the median counts. The fastest wins if it beats the heuristic's config by
 HEURISTIC_MARGIN; closer is within run-to-run noise (one layer_norm kernel, tuned in two
