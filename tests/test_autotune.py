@@ -421,3 +421,31 @@ def test_a_crossed_reduction_also_tries_column_tiles_with_their_own_source(monke
     monkeypatch.setattr("compiler.autotune.gpu_timer", lambda target: prefer_tiles)  # the fake GPU
     tune_and_build(generated, scheduled, TARGET, CompileOptions())
     assert kernel.config == tiles[0] and "for roffset" in kernel.source
+
+
+def test_a_layer_norm_over_a_transposed_patch_embedding_is_crossed_and_tries_rows_per_program():
+    """ViT's class token `cat` onto patches read across their NCHW layout, + positions, LayerNorm (at
+    ViT-B's sizes; nothing runs): the rows are written along the channels and the patches read across
+    them, so autotuning also tries 4-16 rows per program on 8-16 warps (4 on 8 won on an H100) and
+    column tiles; a plain LayerNorm is not crossed."""
+    import torch
+    import torch.nn.functional as F
+
+    from compiler.codegen import generate
+
+    def fn(patches, cls, pos, w, b):
+        x = torch.cat([cls.expand(patches.shape[0], -1, -1), patches.flatten(2).transpose(1, 2)], 1) + pos
+        return F.layer_norm(x, (x.shape[-1],), w, b)
+
+    inputs = [torch.randn(32, 768, 14, 14, dtype=torch.bfloat16), torch.randn(1, 1, 768, dtype=torch.bfloat16),
+              torch.randn(1, 197, 768, dtype=torch.bfloat16), torch.randn(768, dtype=torch.bfloat16),
+              torch.randn(768, dtype=torch.bfloat16)]
+    (kernel,) = generate(schedule(lower(_trace(fn, *inputs)), CompileOptions()), TARGET).kernels
+    assert kernel.crossed and kernel.config["persistent"] and kernel.config["XBLOCK"] < 4
+    candidates = candidate_configs(kernel, can_regenerate=True)
+    assert kernel.config | {"XBLOCK": 4, "num_warps": 8} in candidates
+    assert any(c.get("outer") and not c["persistent"] for c in candidates)
+    assert not any(c.get("outer") for c in candidate_configs(kernel))  # a column tile needs its own source
+    layer_norm = lambda x, w, b: F.layer_norm(x, (768,), w, b)  # noqa: E731
+    (plain,) = generate(schedule(lower(_trace(layer_norm, *inputs[2:])), CompileOptions()), TARGET).kernels
+    assert not plain.crossed
