@@ -31,3 +31,15 @@ def reduction_passes(source: str) -> list[str]:
     """The passes over the reduction of a looped kernel's source, each as the text of its first
     loop (a pass over misaligned rows is three loops, compiler.codegen.group._loop_headers)."""
     return [text.split("for roffset")[0] for text in source.split("for roffset in range(0, ")[1:]]
+
+
+def assert_within_eager_error(got: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor, what: str,
+                              multiplier: float = 2.0, floor: float = 1e-6) -> None:
+    """Inductor's accuracy rule: root-mean-square error against the float64 run at most
+    `multiplier` times eager's own, plus `floor`."""
+    assert got.shape == eager.shape and got.dtype == eager.dtype, f"{what}: {got.shape} {got.dtype}, eager {eager.shape} {eager.dtype}"
+
+    def rmse(value: torch.Tensor) -> float:
+        return (value.double() - reference.double()).pow(2).mean().sqrt().item() if value.numel() else 0.0
+
+    assert rmse(got) <= multiplier * rmse(eager) + floor, f"{what}: error {rmse(got):.3g}, eager's {rmse(eager):.3g}"

@@ -30,6 +30,7 @@ import compiler
 from client.runtime import load
 from compiler.artifact import Artifact
 from compiler.fx_import import from_fx
+from tests.compare import assert_within_eager_error
 
 FLOAT32, BF16, INT64, BOOL = torch.float32, torch.bfloat16, torch.int64, torch.bool
 FLOAT_DTYPES = [FLOAT32, BF16]
@@ -187,18 +188,6 @@ def check(fn: Callable, *inputs: torch.Tensor, atol: float | None = None, rtol: 
 
 def _as_float64(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.double() if tensor.dtype.is_floating_point else tensor
-
-
-def assert_within_eager_error(got: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor, what: str,
-                              multiplier: float = 2.0, floor: float = 1e-6) -> None:
-    """Inductor's accuracy rule: root-mean-square error against the float64 run at most
-    `multiplier` times eager's own, plus `floor`."""
-    assert got.shape == eager.shape and got.dtype == eager.dtype, f"{what}: {got.shape} {got.dtype}, eager {eager.shape} {eager.dtype}"
-
-    def rmse(value: torch.Tensor) -> float:
-        return (value.double() - reference.double()).pow(2).mean().sqrt().item() if value.numel() else 0.0
-
-    assert rmse(got) <= multiplier * rmse(eager) + floor, f"{what}: error {rmse(got):.3g}, eager's {rmse(eager):.3g}"
 
 
 def _flatten(value: Any) -> list[torch.Tensor]:

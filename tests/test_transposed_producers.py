@@ -19,7 +19,7 @@ from compiler.inline_gathers import transposed_producers
 from compiler.lowering import lower
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, schedule
-from tests.lowering_cases import assert_within_eager_error
+from tests.compare import assert_within_eager_error
 
 aten = torch.ops.aten
 N, C, H, W = 8, 64, 8, 8  # the plain schedule splits one sum (over channels-last x) and not the other

@@ -15,7 +15,7 @@ import compiler
 from client.runtime import load
 from compiler.autotune import HEURISTIC_MARGIN, MemoryTuningCache
 from compiler.fx_import import from_fx, run_eager
-from tests.compare import assert_close_outputs
+from tests.compare import assert_close_outputs, assert_within_eager_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -149,8 +149,7 @@ def test_a_transposed_producer_is_timed_inlined_against_stored_and_both_match_ea
                             lambda self, recomputed, stored, *a, **k: recomputed if keep_inlined else stored)
         forced = compiler.compile(graph, target, {"autotune": False})
         for i, (got, want, ref) in enumerate(zip(load(forced)(*inputs), eager, reference)):
-            rmse = lambda v: (v.double() - ref).pow(2).mean().sqrt().item()  # noqa: E731
-            assert rmse(got) <= 2 * rmse(want) + 1e-6, f"inlined={keep_inlined} output {i}"
+            assert_within_eager_error(got, want, ref, f"inlined={keep_inlined} output {i}")
 
 
 def test_a_crossed_reduction_adopting_a_column_tile_matches_eager(monkeypatch):
@@ -164,5 +163,4 @@ def test_a_crossed_reduction_adopting_a_column_tile_matches_eager(monkeypatch):
     assert tiled, [k["config"] for k in artifact.manifest["kernels"]]
     reference = run_eager(graph, [t.double() for t in inputs])
     for i, (got, want, ref) in enumerate(zip(load(artifact)(*inputs), run_eager(graph, inputs), reference)):
-        rmse = lambda v: (v.double() - ref).pow(2).mean().sqrt().item()  # noqa: E731
-        assert rmse(got) <= 2 * rmse(want) + 1e-6, f"output {i}"
+        assert_within_eager_error(got, want, ref, f"output {i}")
