@@ -9,7 +9,8 @@ variance: BatchNorm's statistics over N, H and W, a handful of channels each red
 of elements) splits into equal chunks, each a welford reduction of its own, then two small sums
 combine them: mean = mean of the chunk means, M2 = sum of the chunk M2s + chunk size * sum of the
 squared distances of the chunk means to the mean (the parallel variance formula, exact for equal
-chunks). argmax/argmin stay whole.
+chunks). argmax/argmin stay whole. Where a power of two divides the row, chunks of such a length
+are preferred (split_factor), so that a chunk's loop has no masked tail step.
 
 A column sum over the rows of a row reduction that reads the same input (a LayerNorm backward's
 weight gradient beside its input gradient) splits into chunks of CH rows instead, CH chosen by
@@ -47,6 +48,15 @@ FULL_OUTER_PROGRAMS = 1056
 ELEMENTS_PER_US = 1_500_000  # bf16 elements streamed per microsecond at ~3 TB/s
 LAUNCH_US = 3.0  # what the second kernel of a split costs beyond its bytes (launch, tail, partials)
 MAX_FACTOR = 1024
+# A chunk length that is a power of two and divides the row is preferred (split_factor), up to this
+# many chunks, as Inductor cuts rows. H100, 2026-11-26, bench/switch_ab.py: ConvNeXt's column sum
+# of 25088 x 768 bf16 in 196 chunks of 128 rows 23.4 us, in 128 chunks of 196 24.5; Swin's stacked
+# sum of 100352 x 288 53.3 against 58.4; ResNet's channels-last BatchNorm forward of 64 x 100352 in
+# 784 chunks of 128 27.7 against 24.2 in 512 of 196 (hence the bound); its NCHW max-pool backward +
+# BatchNorm backward in 49 chunks of 8192 held in registers 360 against 204 in 16 looped ones (hence
+# a row's chunks stay looped or held as the power-of-two factor's are).
+MAX_EXACT_FACTOR = 512
+EXACT_CHUNKS = True  # bench/switch_ab.py turns it off to time the power-of-two factors alone
 SOURCE_DEPTH = 8  # pointwise producers followed back to find a column and a row reduction's shared input
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
@@ -64,16 +74,26 @@ def split_factor(numel: int, rnumel: int, outer: bool = False) -> int:
     min_chunk = MIN_OUTER_CHUNK if outer else MIN_CHUNK
     factors = [1 << k for k in range(1, MAX_FACTOR.bit_length()) if rnumel >> k >= min_chunk]
 
+    def looped(factor: int) -> bool:
+        return next_power_of_2(-(-rnumel // factor)) > GPU_PERSISTENT_LIMIT
+
     def estimated_us(factor: int, looped_full: int) -> float:
-        looped = next_power_of_2(-(-rnumel // factor)) > GPU_PERSISTENT_LIMIT
-        full = FULL_OUTER_PROGRAMS if outer else looped_full if looped else FULL_PROGRAMS
+        full = FULL_OUTER_PROGRAMS if outer else looped_full if looped(factor) else FULL_PROGRAMS
         busy = min(1.0, programs * factor / full)
         return numel * rnumel / ELEMENTS_PER_US / busy + (LAUNCH_US if factor > 1 else 0.0)
 
     whole = estimated_us(1, FULL_PROGRAMS)
     if not any(estimated_us(f, FULL_PROGRAMS) < whole for f in factors):
         return 1
-    return min(factors, key=lambda f: (estimated_us(f, FULL_LOOPED_PROGRAMS), f))
+    best = min(factors, key=lambda f: (estimated_us(f, FULL_LOOPED_PROGRAMS), f))
+    if not EXACT_CHUNKS:
+        return best
+    # Chunks of a power-of-two length that divides the row (their loops have no masked tail), as
+    # busy as best's: at least as many, and a row's chunk held in registers or looped as best's is.
+    chunks = [1 << k for k in range(min_chunk.bit_length() - 1, rnumel.bit_length()) if rnumel % (1 << k) == 0]
+    exact = [rnumel // c for c in chunks if best <= rnumel // c <= MAX_EXACT_FACTOR
+             and (outer or looped(rnumel // c) == looped(best))]
+    return min(exact, default=best)
 
 
 def is_outer(node: ComputeNode) -> bool:

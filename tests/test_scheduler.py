@@ -18,7 +18,7 @@ from compiler.indexing import index_symbol
 from compiler.inline_gathers import box_coordinates
 from compiler.ir import Layout
 from compiler.fx_import import from_fx, run_eager
-from tests.compare import assert_close_outputs, reduction_passes
+from tests.compare import assert_close_outputs, assert_within_eager_error, reduction_passes
 from tests.corpus import corpus_inputs, load_graph
 
 
@@ -255,10 +255,41 @@ def test_split_factor_weighs_unused_bandwidth_against_a_second_kernel(numel, rnu
 
 def test_a_split_row_gets_chunks_short_enough_for_registers_or_programs_enough_for_loops():
     # 64 channels x 100352 (ResNet's BatchNorm at 56x56): 8 looped chunks of 12544 leave the SMs
-    # half idle; 16 chunks of 6272 are each one load
-    assert split_reductions.split_factor(64, 100352) == 16
+    # half idle; 16 chunks of 6272 are each one load, and so are 49 of 2048 (a power of two)
+    assert split_reductions.split_factor(64, 100352) == 49
     # a whole tensor to one value: 1024 looped chunks rather than 512
     assert split_reductions.split_factor(1, 1 << 24) == 1024
+
+
+@pytest.mark.parametrize("numel, rnumel, outer, factor", [
+    (768, 25088, True, 196),   # ConvNeXt's bias gradient: 196 chunks of 128 rows, not 128 of 196
+    (1536, 6272, True, 49),    # 49 chunks of 128 rather than 32 of 196
+    (768, 6304, True, 32),     # ViT's 32 x 197 rows: no power of two of 128+ divides them
+    (64, 100352, True, 512),   # 784 chunks of 128 would pass MAX_EXACT_FACTOR: 512 of 196
+    (64, 401408, False, 16),   # 49 chunks of 8192 would be held in registers where 16 of 25088 loop
+])
+def test_a_split_prefers_chunks_of_a_power_of_two_that_divide_the_row(numel, rnumel, outer, factor, monkeypatch):
+    assert split_reductions.split_factor(numel, rnumel, outer) == factor
+    monkeypatch.setattr(split_reductions, "EXACT_CHUNKS", False)
+    power_of_two_factor = split_reductions.split_factor(numel, rnumel, outer)
+    assert power_of_two_factor & (power_of_two_factor - 1) == 0 and power_of_two_factor <= factor
+
+
+@pytest.mark.parametrize("reduce", ["sum", "var_mean"])
+def test_a_column_reduction_split_into_a_non_power_of_two_number_of_chunks_matches_eager(reduce):
+    """3072 rows (3 x 1024) cut into 24 chunks of 128: the final pass reduces 24 partials, and
+    welford's chunk statistics combine over a count that is no power of two."""
+    def fn(x):
+        return (x.sum(0),) if reduce == "sum" else torch.var_mean(x, dim=0, correction=0)
+
+    x = torch.randn(3072, 64) * 2 + 3
+    artifact = compiler.compile(from_fx(make_fx(fn)(x), [x]), "cpu")
+    shapes = [(k["numel"], k["rnumel"]) for k in artifact.manifest["kernels"]]
+    assert (24 * 64, 128) in shapes and (64, 24) in shapes, shapes
+    got = load(artifact)(x)
+    reference = fn(x.double())
+    for g, e, r in zip(got, fn(x), reference):
+        assert_within_eager_error(g, e, r, reduce, floor=1e-5)
 
 
 def test_looped_welford_with_a_partial_last_step_matches_float64():

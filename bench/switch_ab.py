@@ -1,0 +1,38 @@
+"""A/B on a GPU of one of the compiler's boolean switches, e.g.
+compiler.split_reductions.EXACT_CHUNKS (chunks of a power-of-two length that divides the row) or
+compiler.codegen.group.POINTWISE_KEEP_REREAD (evict_last on what a pointwise kernel reads more
+than once). Each bench case whose name contains one of the given substrings is compiled
+(autotuned, benchmark-driven fusion on) with the switch on and off and timed as bench/kernels.py
+times it (a CUDA-graph replay on a cold L2), with Inductor and a copy of the same bytes beside it
+(bench/side_by_side.py). One JSON row per case, modes "on" and "off"; then the switch is put back.
+
+    python3 bench/switch_ab.py compiler.split_reductions.EXACT_CHUNKS sum_25088x768,batch_norm out.jsonl [dir,dir...]
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.model_cases import CASES_DIR  # noqa: E402
+from bench.side_by_side import compare_modes  # noqa: E402
+
+
+def main() -> None:
+    module_name, _, attribute = sys.argv[1].rpartition(".")
+    module = importlib.import_module(module_name)
+    shipped = "on" if getattr(module, attribute) else "off"
+
+    def set_mode(mode: str) -> None:
+        setattr(module, attribute, mode == "on")
+
+    folders = [Path(d) for d in sys.argv[4].split(",")] if len(sys.argv) > 4 else [CASES_DIR]
+    for folder in folders:
+        compare_modes(sys.argv[2].split(","), sys.argv[3], ["on", "off"], set_mode, shipped=shipped, case_dir=folder)
+
+
+if __name__ == "__main__":
+    main()
