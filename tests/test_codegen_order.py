@@ -99,3 +99,35 @@ def test_a_large_row_read_again_by_a_later_loop_stays_in_l2_a_small_one_is_left_
     assert policy(large, reloaded=()) == "evict_first"  # the last loop to read it streams it
     assert policy(16) is None                 # 1 MB: stays in L2 without being told
     assert policy(large, persistent=True) is None
+
+
+def test_a_pointwise_kernel_keeps_in_l2_what_it_reads_more_than_once():
+    """Token ids (one per 48 features) and a position table (one row per position, every sequence
+    of the batch) are read more than once: evict_last, as Inductor marks them. The gathered
+    embedding rows and the concatenated halves (offset loads under a mask) span as many elements
+    as the kernel: no hint."""
+    def fn(ids, table, positions, a, b):
+        return F.embedding(ids, table) + positions, torch.cat([a, b], dim=-1) * 2
+
+    ids = torch.randint(0, 50, (3, 7))
+    table, positions = torch.randn(50, 48), torch.randn(7, 48)
+    a, b = torch.randn(5, 6, 3), torch.randn(5, 6, 5)
+    artifact = compile_and_check(fn, ids, table, positions, a, b)
+    loads = [line.strip() for k in artifact.manifest["kernels"] for line in artifact.kernel_source(k).splitlines()
+             if "tl.load(" in line]
+    kept = [line for line in loads if "evict_last" in line]
+    assert len(loads) == 5 and len(kept) == 2, loads
+    assert not any("tmp" in line.split("tl.load(")[1].split(",")[0] for line in kept), kept  # not the gather
+
+
+def test_an_index_that_leaves_out_some_of_xindex_digits_reads_its_elements_again():
+    from compiler.codegen.kernel import skips_digits
+    from compiler.indexing import XINDEX, FloorDiv, ModularIndexing, index_symbol
+
+    x = XINDEX
+    assert skips_digits(FloorDiv(x, 768), 8192 * 768)                     # a token's id, once per feature
+    assert skips_digits(ModularIndexing(x, 1, 786432), 8 * 786432)        # positions, once per sequence
+    assert skips_digits(ModularIndexing(x, 1, 64) + 64 * ModularIndexing(x, 1024, 1024), 1 << 22)  # rotary tables
+    assert not skips_digits(ModularIndexing(x, 1, 8) + 3 * FloorDiv(x, 8), 240)  # a cat's input: every digit
+    assert not skips_digits(2 * x + 1, 1000)                                # xindex whole
+    assert not skips_digits(ModularIndexing(x, 1, 768) + 768 * index_symbol("tmp", 2), 1 << 20)  # a gather

@@ -20,7 +20,7 @@ import sympy
 from compiler.codegen.printer import texpr
 from compiler.codegen.triton_ops import CodegenError, TritonMathOps
 from compiler.codegen.values import TL_DTYPES, Var, is_float, literal, promote
-from compiler.indexing import RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index
+from compiler.indexing import RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index, upper_bound
 
 __all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError", "ROW_ALIGN"]
 
@@ -202,6 +202,19 @@ class KernelWriter(TritonMathOps):
         return " & ".join([self.section.mask] + self._masks)
 
     # --- loads, stores and the non-math ops ------------------------------------------------
+    def _reads_elements_again(self, index: Expr) -> bool:
+        """Whether a pointwise kernel's load reads its elements more than once (a position
+        embedding added to every sequence of a batch, a token's id read for each of its features):
+        an unmasked load spans fewer elements than the kernel has, or any load skips some of
+        xindex's digits (a masked one reads only where its mask holds: a cat's input spans less)."""
+        if self.is_reduction:
+            return False
+        if not self._masks:  # every program reads: fewer elements than programs means some read twice
+            bound = upper_bound(index, self.bounds)
+            if bound is not None and bound + 1 < self.bounds[XINDEX]:
+                return True
+        return skips_digits(index, self.bounds[XINDEX])
+
     def load(self, buffer: str, index: Expr) -> Var:
         index = simplify_index(index, self.bounds)
         offset = self._index_text(index)
@@ -222,7 +235,7 @@ class KernelWriter(TritonMathOps):
         else:
             call = f"tl.load({self.pointer(buffer)} + {offset}, {self._load_mask(index)}, other=0"
         row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols
-        reread = row_invariant or repeats_along_row(index)
+        reread = row_invariant or repeats_along_row(index) or self._reads_elements_again(index)
         raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", reread))
         if scalar:
             raw = self.emit(f"tl.broadcast_to({raw}, {self.section.shape})", dtype)
@@ -489,3 +502,26 @@ def repeats_along_row(index: Expr) -> bool:
     coarse = [a for a in index.atoms(FloorDiv, ModularIndexing) if a.args[0] == RINDEX and a.args[1] != 1]
     placeholder = sympy.Dummy("run", integer=True, nonnegative=True)
     return bool(coarse) and RINDEX not in index.xreplace({a: placeholder for a in coarse}).free_symbols
+
+
+def skips_digits(index: Expr, numel: int) -> bool:
+    """Whether an index over xindex in [0, numel) leaves out some of xindex's digits: it reads
+    xindex only through pieces (xindex // d, (xindex // d) % m) whose ranges [d, d * m) leave a gap
+    in [1, numel), so xindex values that differ only there read the same element. A load through a
+    loaded value (a gather) or through xindex itself is not judged."""
+    if index.free_symbols != {XINDEX}:
+        return False
+    pieces = index.atoms(FloorDiv, ModularIndexing)
+    if any(p.args[0] != XINDEX for p in pieces):
+        return False
+    placeholder = sympy.Dummy("piece", integer=True, nonnegative=True)
+    if XINDEX in index.xreplace({p: placeholder for p in pieces}).free_symbols:
+        return False  # xindex appears whole: every digit is used
+    spans = sorted((int(p.args[1]), int(p.args[1]) * int(p.args[2]) if isinstance(p, ModularIndexing) else numel)
+                   for p in pieces)
+    covered = 1
+    for start, end in spans:
+        if start > covered:
+            return True
+        covered = max(covered, end)
+    return covered < numel
