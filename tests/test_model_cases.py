@@ -340,3 +340,14 @@ def test_known_cases_are_left_out_and_a_failed_capture_is_reported_not_raised(ca
     assert {c.key for c in result.cases} == {c.key for c in gpt2[3:]}
     assert result.reports["gpt2"].kept == len(gpt2) - 3
     assert result.reports["broken"].failed == ["capture: RuntimeError: no capture"]
+
+
+def test_census_lists_the_cases_whose_sources_a_switch_changes_and_puts_the_switch_back():
+    from bench.census import changed_cases
+    from compiler import split_reductions
+
+    folder = CASES_DIR.parent / "held_out_channels_last"
+    changed = changed_cases("compiler.split_reductions.EXACT_CHUNKS", folder,
+                            wanted=["convnext_bw_sum_25088x768", "convnext_fw_gelu_32x28x28x768"])
+    assert changed == ["convnext_bw_sum_25088x768_bf16"]  # its rows are 196 x 128; a GELU has no split
+    assert split_reductions.EXACT_CHUNKS is True
