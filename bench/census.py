@@ -15,10 +15,12 @@ import importlib
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.model_cases import CASES_DIR, Case, load_cases  # noqa: E402
+from bench.model_cases import Case, load_cases  # noqa: E402
+from bench.side_by_side import case_dirs  # noqa: E402
 from compiler.bounds import WorkLimits  # noqa: E402
 from compiler.codegen import generate  # noqa: E402
 from compiler.lowering import lower  # noqa: E402
@@ -34,11 +36,19 @@ def source_digest(case: Case) -> str:
     return hashlib.sha256("\n".join(k.source for k in generated.kernels).encode()).hexdigest()
 
 
+def resolve_switch(switch: str) -> tuple[ModuleType, str]:
+    """The module and the attribute name of a switch written module.ATTR."""
+    module_name, _, attribute = switch.rpartition(".")
+    module = importlib.import_module(module_name)
+    if not isinstance(getattr(module, attribute, None), bool):
+        raise SystemExit(f"{switch}: not a boolean attribute of {module_name}")
+    return module, attribute
+
+
 def changed_cases(switch: str, folder: Path, wanted: list[str] | None = None) -> list[str]:
     """Names of the cases of `folder` whose sources differ with `switch` (module.ATTR) on and off;
     the switch is put back afterwards."""
-    module_name, _, attribute = switch.rpartition(".")
-    module = importlib.import_module(module_name)
+    module, attribute = resolve_switch(switch)
     shipped = getattr(module, attribute)
     changed = []
     try:
@@ -57,13 +67,13 @@ def changed_cases(switch: str, folder: Path, wanted: list[str] | None = None) ->
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("switch", help="a boolean module attribute, e.g. compiler.split_reductions.EXACT_CHUNKS")
-    parser.add_argument("folders", nargs="?", default=str(CASES_DIR), help="case folders, comma-separated")
+    parser.add_argument("folders", nargs="?", help="case folders, comma-separated (default: bench/cases)")
     parser.add_argument("--json", help="also write {folder: [names]} here")
     args = parser.parse_args(argv)
     found = {}
-    for folder in args.folders.split(","):
-        found[folder] = changed_cases(args.switch, Path(folder))
-        print(f"{folder} ({len(found[folder])}): {','.join(found[folder])}", flush=True)
+    for folder in case_dirs(args.folders):
+        changed = found[str(folder)] = changed_cases(args.switch, folder)
+        print(f"{folder} ({len(changed)}): {','.join(changed)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=1) + "\n")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -30,11 +30,16 @@ def timed(case, inputs: list[torch.Tensor], reference: list[torch.Tensor]) -> di
             "bench": artifact.manifest["fusion"]["benchmarked"]}
 
 
+def case_dirs(argument: str | None) -> list[Path]:
+    """The case folders a comma-separated command-line argument names; bench/cases without one."""
+    return [Path(d) for d in argument.split(",")] if argument else [CASES_DIR]
+
+
 def compare_modes(wanted: list[str], out: str, modes: list[str], set_mode: Callable[[str], None],
-                  shipped: str, case_dir: Path = CASES_DIR) -> None:
-    """Times every wanted case of `case_dir` under each mode (set_mode(mode) before its compile),
-    then puts the shipped mode back."""
-    for case in load_cases(case_dir, wanted=wanted):
+                  shipped: str, folders: Sequence[Path] = (CASES_DIR,)) -> None:
+    """Times every wanted case of each of `folders` under each mode (set_mode(mode) before its
+    compile), then puts the shipped mode back."""
+    for case in (c for folder in folders for c in load_cases(folder, wanted=wanted)):
         started = time.time()
         inputs = case_inputs(case, seed=0, device="cuda")
         fn = to_fx(case.graph, "cuda")

@@ -11,27 +11,24 @@ times it (a CUDA-graph replay on a cold L2), with Inductor and a copy of the sam
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.model_cases import CASES_DIR  # noqa: E402
-from bench.side_by_side import compare_modes  # noqa: E402
+from bench.census import resolve_switch  # noqa: E402
+from bench.side_by_side import case_dirs, compare_modes  # noqa: E402
 
 
 def main() -> None:
-    module_name, _, attribute = sys.argv[1].rpartition(".")
-    module = importlib.import_module(module_name)
+    module, attribute = resolve_switch(sys.argv[1])
     shipped = "on" if getattr(module, attribute) else "off"
 
     def set_mode(mode: str) -> None:
         setattr(module, attribute, mode == "on")
 
-    folders = [Path(d) for d in sys.argv[4].split(",")] if len(sys.argv) > 4 else [CASES_DIR]
-    for folder in folders:
-        compare_modes(sys.argv[2].split(","), sys.argv[3], ["on", "off"], set_mode, shipped=shipped, case_dir=folder)
+    compare_modes(sys.argv[2].split(","), sys.argv[3], ["on", "off"], set_mode, shipped=shipped,
+                  folders=case_dirs(sys.argv[4] if len(sys.argv) > 4 else None))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compiler.autotune as autotune  # noqa: E402
 import compiler.scheduler as scheduler  # noqa: E402
-from bench.model_cases import CASES_DIR  # noqa: E402
-from bench.side_by_side import compare_modes  # noqa: E402
+from bench.side_by_side import case_dirs, compare_modes  # noqa: E402
 
 SHIPPED_CROSSED, SHIPPED_TRANSPOSED = autotune._crossed_variants, scheduler.transposed_producers
 
@@ -33,9 +32,8 @@ def set_mode(mode: str) -> None:
 
 def main() -> None:
     modes = (sys.argv[3] if len(sys.argv) > 3 else "shipped,neither").split(",")
-    folders = [Path(d) for d in sys.argv[4].split(",")] if len(sys.argv) > 4 else [CASES_DIR]
-    for folder in folders:
-        compare_modes(sys.argv[1].split(","), sys.argv[2], modes, set_mode, shipped="shipped", case_dir=folder)
+    compare_modes(sys.argv[1].split(","), sys.argv[2], modes, set_mode, shipped="shipped",
+                  folders=case_dirs(sys.argv[4] if len(sys.argv) > 4 else None))
 
 
 if __name__ == "__main__":
