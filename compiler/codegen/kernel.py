@@ -11,6 +11,7 @@ section; such buffers are dropped entirely when nothing outside the kernel reads
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -504,6 +505,7 @@ def repeats_along_row(index: Expr) -> bool:
     return bool(coarse) and RINDEX not in index.xreplace({a: placeholder for a in coarse}).free_symbols
 
 
+@functools.lru_cache(maxsize=1 << 14)  # kernels of a graph load through the same few indices
 def skips_digits(index: Expr, numel: int) -> bool:
     """Whether an index over xindex in [0, numel) leaves out some of xindex's digits: it reads
     xindex only through pieces (xindex // d, (xindex // d) % m) whose ranges [d, d * m) leave a gap
