@@ -17,6 +17,10 @@ case is (what a kernel of that size can reach: launch, ramp-up and tail included
 
     python bench/kernels.py [--set corpus|models] [--cases softmax,layer_norm] [--json out.json]
     python bench/kernels.py --set models --jsonl rows.jsonl [--resume]   # rows written as measured; resume a cut run
+    python bench/kernels.py --set models --shard 1/4 ...                 # every 4th case from the second: one GPU of four
+    python bench/kernels.py --report rows.0.jsonl rows.1.jsonl           # the table of rows already measured (no GPU)
+
+scripts/gpu_bench_sets.sh runs whole case sets sharded over every GPU of a machine.
 
 Model cases run in a fixed shuffled order, so a run cut short still samples every model.
 """
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
     from bench.case_cutting import Case as ModelCase
 
 BF16 = torch.bfloat16
+SLOWEST_ALLOWED = 0.97  # issue 14: no case below this fraction of Inductor's speed
+LARGE_CASE_BYTES = 64 << 20
 
 
 @dataclass
@@ -279,18 +285,32 @@ def _flatten(value):
     return [value]
 
 
-def selected_runs(case_set: str, wanted: list[str], case_dir: Path,
-                  min_bytes: int = 0) -> list[tuple[str, Callable[[Settings], dict]]]:
+def selected_runs(case_set: str, wanted: list[str], case_dir: Path, min_bytes: int = 0,
+                  shard: tuple[int, int] = (0, 1)) -> list[tuple[str, Callable[[Settings], dict]]]:
     """(name, run) for every case of the set whose name contains one of `wanted` (all when empty);
-    model cases only when they move at least `min_bytes` (the smallest are launch latency, not bandwidth)."""
+    model cases only when they move at least `min_bytes` (the smallest are launch latency, not bandwidth);
+    of those, shard (i, n) keeps every n-th from the i-th."""
     if case_set == "corpus":
-        return [(c.name, lambda s, c=c: run_case(c, s)) for c in CASES if not wanted or any(w in c.name for w in wanted)]
-    from bench.model_cases import load_cases
+        runs = [(c.name, lambda s, c=c: run_case(c, s)) for c in CASES if not wanted or any(w in c.name for w in wanted)]
+    else:
+        from bench.model_cases import load_cases
 
-    runs = [(c.name, lambda s, c=c: run_model_case(c, s)) for c in load_cases(case_dir, wanted)
-            if c.moved_bytes >= min_bytes]
-    random.Random(0).shuffle(runs)  # a run cut short still samples every model
-    return runs
+        runs = [(c.name, lambda s, c=c: run_model_case(c, s)) for c in load_cases(case_dir, wanted)
+                if c.moved_bytes >= min_bytes]
+        random.Random(0).shuffle(runs)  # a run cut short still samples every model
+    index, count = shard
+    return runs[index::count]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' (0 <= i < n) as (i, n)."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: expected i/n, e.g. 0/4") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: i must be at least 0 and below n")
+    return index, count
 
 
 def main() -> None:
@@ -313,14 +333,22 @@ def main() -> None:
     parser.add_argument("--no-benchmark-fusion", action="store_true", help="the fusion score alone decides fusions")
     parser.add_argument("--profile", action="store_true",
                         help="add each kernel's GPU time (torch.profiler, one call) for fusewire and Inductor")
+    parser.add_argument("--shard", type=parse_shard, default=(0, 1),
+                        help="i/n: only every n-th selected case, from the i-th (one process per GPU)")
+    parser.add_argument("--report", nargs="+", metavar="JSONL",
+                        help="print the table of rows in these --jsonl files and stop (no GPU needed)")
     args = parser.parse_args()
+    if args.report:
+        _print_table([row for path in args.report for row in _read_rows(path)])
+        return
     settings = Settings(local_gpu_target(), copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
                         not args.no_benchmark_fusion, args.profile)
     print(f"device {torch.cuda.get_device_name()} ({settings.target}), torch {torch.__version__}, "
           f"device-to-device copy {settings.copy_gbs:.0f} GB/s")
     rows = _read_rows(args.jsonl) if args.resume and args.jsonl else []
     done = {row["case"] for row in rows}
-    for name, run in selected_runs(args.set, [w for w in args.cases.split(",") if w], args.case_dir, args.min_bytes):
+    for name, run in selected_runs(args.set, [w for w in args.cases.split(",") if w], args.case_dir, args.min_bytes,
+                                   args.shard):
         if name in done:
             continue
         try:
@@ -360,7 +388,24 @@ def _print_table(rows: list[dict]) -> None:
               f"{row['fusewire']['%copy']:6.1f} {ind / fw:7.2f} {row['kernels']:2} {row['rel_error']:8.1e}")
     finite = [r for r in ratios if r == r]
     if finite:
-        print(f"geomean speedup over inductor: {math.exp(sum(map(math.log, finite)) / len(finite)):.3f}")
+        print(f"geomean speedup over inductor: {math.exp(sum(map(math.log, finite)) / len(finite)):.3f} "
+              f"over {len(finite)} cases")
+    for line in target_lines([row for row in rows if "error" not in row]):
+        print(line)
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """Issue 14's other two targets over measured rows: the cases below 0.97x Inductor, and the
+    large cases (64 MiB moved or more, where launch and ramp-up no longer dominate) at 85 % of a
+    copy of the same bytes."""
+    timed = [row for row in rows if "inductor" in row]
+    slow = sorted((row["inductor"]["ms"] / row["fusewire"]["ms"], row["case"]) for row in timed)
+    below = [f"{name} {ratio:.3f}" for ratio, name in slow if ratio < SLOWEST_ALLOWED]
+    large = [row for row in timed if row["bytes"] >= LARGE_CASE_BYTES and "%same_bytes_copy" in row["fusewire"]]
+    at_copy = {label: sum(row[label]["%same_bytes_copy"] >= 85 for row in large) for label in ("fusewire", "inductor")}
+    return [f"below {SLOWEST_ALLOWED}x inductor: {len(below)}" + (f" ({', '.join(below)})" if below else ""),
+            f"cases of 64 MiB+ at 85 % of a same-bytes copy: fusewire {at_copy['fusewire']} of {len(large)}, "
+            f"inductor {at_copy['inductor']}"]
 
 
 if __name__ == "__main__":

@@ -351,3 +351,28 @@ def test_census_lists_the_cases_whose_sources_a_switch_changes_and_puts_the_swit
                             wanted=["convnext_bw_sum_25088x768", "convnext_fw_gelu_32x28x28x768"])
     assert changed == ["convnext_bw_sum_25088x768_bf16"]  # its rows are 196 x 128; a GELU has no split
     assert split_reductions.EXACT_CHUNKS is True
+
+
+def test_shards_split_a_case_set_into_disjoint_parts_that_cover_it():
+    from bench.kernels import parse_shard, selected_runs
+
+    folder = CASES_DIR.parent / "held_out_channels_last"
+    everything = [name for name, _ in selected_runs("models", [], folder, 1 << 20)]
+    parts = [[name for name, _ in selected_runs("models", [], folder, 1 << 20, (i, 3))] for i in range(3)]
+    assert sorted(sum(parts, [])) == sorted(everything) and all(parts)
+    assert parse_shard("2/3") == (2, 3)
+    with pytest.raises(Exception, match="below n"):
+        parse_shard("3/3")
+
+
+def test_report_lines_name_the_cases_below_the_floor_and_count_large_cases_at_copy_speed():
+    from bench.kernels import target_lines
+
+    def row(name: str, ind_ms: float, fw_ms: float, mib: int, fw_copy: float, ind_copy: float) -> dict:
+        return {"case": name, "bytes": mib << 20, "fusewire": {"ms": fw_ms, "%same_bytes_copy": fw_copy},
+                "inductor": {"ms": ind_ms, "%same_bytes_copy": ind_copy}}
+
+    lines = target_lines([row("fast", 1.2, 1.0, 100, 90.0, 80.0), row("slow", 0.9, 1.0, 100, 70.0, 86.0),
+                          row("tiny", 1.0, 1.0, 1, 99.0, 99.0)])
+    assert lines[0] == "below 0.97x inductor: 1 (slow 0.900)"
+    assert lines[1] == "cases of 64 MiB+ at 85 % of a same-bytes copy: fusewire 1 of 2, inductor 1"

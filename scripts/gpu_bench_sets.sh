@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# bench/kernels.py over whole case sets, sharded over every GPU of the machine (the device tool's
+# `run`, `.gpu` carried): one process per GPU takes every n-th case of each set, so four GPUs
+# time a set in a quarter of the time. Each GPU times its own cases side by side with Inductor,
+# as one process would. Rows go to .bench-runs/<set>.<gpu>.jsonl as measured; a call cut short
+# (`BENCH_DEADLINE_S` after it starts, default 540 s) is resumed by running the same command again on the same
+# warm machine. At the end each set's rows are merged into $OUT/<set>.jsonl and its table printed.
+#
+#   bash scripts/gpu_bench_sets.sh bench/cases bench/held_out ...   [extra bench/kernels.py arguments after --]
+set -uo pipefail
+source scripts/gpu_env.sh || exit 1
+out="${OUT:-/tmp}"
+runs=.bench-runs
+mkdir -p "$runs"
+sets=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=("$1"); shift; done
+[ $# -gt 0 ] && shift  # the rest goes to bench/kernels.py
+gpus=$(nvidia-smi --list-gpus | wc -l)
+deadline=$(( $(date +%s) + ${BENCH_DEADLINE_S:-540} ))
+nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader || true
+echo "sets: ${sets[*]}; $gpus GPUs"
+
+for ((gpu = 0; gpu < gpus; gpu++)); do
+    (
+        for set in "${sets[@]}"; do
+            name=$(basename "$set")
+            left=$(( deadline - $(date +%s) ))
+            [ "$left" -gt 0 ] || break
+            CUDA_VISIBLE_DEVICES=$gpu timeout --signal=INT "$left" \
+                python3 bench/kernels.py --set models --case-dir "$set" --min-bytes 1048576 \
+                --jsonl "$runs/$name.$gpu.jsonl" --resume --shard "$gpu/$gpus" "$@" >"$runs/$name.$gpu.log" 2>&1
+        done
+    ) &
+done
+wait
+
+for set in "${sets[@]}"; do
+    name=$(basename "$set")
+    cat "$runs/$name".*.jsonl >"$out/$name.jsonl" 2>/dev/null
+    echo "== $name: $(wc -l <"$out/$name.jsonl") rows"
+    python3 bench/kernels.py --report "$out/$name.jsonl" | tail -3
+done
