@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.indexing import unflatten
+from compiler.indexing import FloorDiv, ModularIndexing, unflatten
 from compiler.ir import ComputeNode, Layout, Program, Store
 from compiler.mixed_order import MIXABLE, mix_chunk
 
@@ -57,17 +57,22 @@ MAX_FACTOR = 1024
 # a row's chunks stay looped or held as the power-of-two factor's are).
 MAX_EXACT_FACTOR = 512
 EXACT_CHUNKS = True  # bench/switch_ab.py turns it off to time the power-of-two factors alone
+# A column reduction's chunk may be one digit of its row (row_digits) of at least this many rows.
+MIN_DIGIT_CHUNK = 32
+DIGIT_CHUNKS = True  # the digit rule's switch, for bench/switch_ab.py
 SOURCE_DEPTH = 8  # pointwise producers followed back to find a column and a row reduction's shared input
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
 
-def split_factor(numel: int, rnumel: int, outer: bool = False) -> int:
+def split_factor(numel: int, rnumel: int, outer: bool = False, digits: frozenset[int] = frozenset()) -> int:
     """How many chunks to cut each row into (1 = do not split). Split when some factor's estimated
     time beats the whole row's, where too few programs leave bandwidth unused and a split adds a
     kernel; then take the factor that keeps enough programs in flight for their chunk length
     (looped chunks want more of them than chunks held in registers).
 
-    An outer reduction already spreads its outputs over programs of OUTER_XBLOCK columns."""
+    An outer reduction already spreads its outputs over programs of OUTER_XBLOCK columns; one whose
+    accesses cut the row at `digits` (row_digits) takes chunks of the smallest such digit that
+    keeps as many chunks as the cost model asks for."""
     from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2  # codegen imports this module
 
     programs = -(-numel // OUTER_XBLOCK) if outer else numel
@@ -86,6 +91,10 @@ def split_factor(numel: int, rnumel: int, outer: bool = False) -> int:
     if not any(estimated_us(f, FULL_PROGRAMS) < whole for f in factors):
         return 1
     best = min(factors, key=lambda f: (estimated_us(f, FULL_LOOPED_PROGRAMS), f))
+    aligned = [rnumel // d for d in sorted(digits) if outer and DIGIT_CHUNKS and d >= MIN_DIGIT_CHUNK
+               and rnumel % d == 0 and best <= rnumel // d <= MAX_EXACT_FACTOR]
+    if aligned:
+        return aligned[0]
     if not EXACT_CHUNKS:
         return best
     # Chunks of a power-of-two length that divides the row (their loops have no masked tail), as
@@ -94,6 +103,60 @@ def split_factor(numel: int, rnumel: int, outer: bool = False) -> int:
     exact = [rnumel // c for c in chunks if best <= rnumel // c <= MAX_EXACT_FACTOR
              and (outer or looped(rnumel // c) == looped(best))]
     return min(exact, default=best)
+
+
+def row_digits(node: ComputeNode, producers: dict[str, ComputeNode]) -> frozenset[int]:
+    """The row lengths other than powers of two at which a column reduction's row is read in
+    pieces (rows N x H x W, read through a per-image value or an NCHW tensor), directly or by a
+    pointwise producer of its input (`producers`: by the buffer they store) iterating the same
+    rows x columns: d of the node's own `r // d` and `r % d`, and the run of rows that the
+    producer reads contiguously (H * W of an NCHW tensor). A chunk of d rows reads such pieces
+    whole, with no division in its index math."""
+    from compiler.dependencies import MemoryDep, extract_read_writes, node_index_symbols
+
+    _, rindex = node_index_symbols(node)
+    symbols = {s for s in rindex if not s.is_Integer}
+    if len(symbols) != 1:
+        return frozenset()
+    digits = set()
+    for dep in extract_read_writes(node).reads:
+        if not isinstance(dep, MemoryDep):
+            continue
+        for piece in dep.index.atoms(FloorDiv, ModularIndexing):
+            if piece.args[0].free_symbols & symbols:
+                low = int(piece.args[1])  # r // low, or (r // low) % m: the digit spans [low, low * m)
+                digits.update((low, low * int(piece.args[2])) if isinstance(piece, ModularIndexing) else (low,))
+        producer = producers.get(dep.buffer)
+        if producer is not None:
+            digits.update(_contiguous_row_runs(producer, node.numel, node.rnumel))
+    return frozenset(d for d in digits if 1 < d < node.rnumel and d & (d - 1))
+
+
+def _contiguous_row_runs(producer: ComputeNode, columns: int, rows: int) -> set[int]:
+    """Over a pointwise producer whose ranges are the rows, then the columns, of a column
+    reduction: the rows that each of its accesses reads contiguously along its last row dims."""
+    from compiler.dependencies import MemoryDep, extract_read_writes, node_index_symbols
+    from compiler.indexing import affine_coefficients
+
+    ranges = list(producer.ranges)
+    split = next((k for k in range(len(ranges)) if math.prod(ranges[k:]) == columns), None)
+    if split is None or math.prod(ranges[:split]) != rows:
+        return set()
+    index, _ = node_index_symbols(producer)
+    row_dims = [(index[k], ranges[k]) for k in range(split - 1, -1, -1) if ranges[k] != 1]  # innermost first
+    runs = set()
+    for dep in extract_read_writes(producer).reads:
+        affine = affine_coefficients(dep.index, [s for s in index if not s.is_Integer]) \
+            if isinstance(dep, MemoryDep) else None
+        if affine is None:
+            continue
+        run = 1
+        for symbol, size in row_dims:
+            if affine[0].get(symbol, 0) != run:
+                break
+            run *= size
+        runs.add(run)
+    return runs
 
 
 def is_outer(node: ComputeNode) -> bool:
@@ -120,11 +183,14 @@ def split_reductions(program: Program) -> None:
     """Rewrites qualifying reductions in place (program.nodes and program.buffers)."""
     outer = {n.name: is_outer(n) for n in program.nodes if isinstance(n, ComputeNode) and n.is_reduction}
     mixed = mixed_order_factors(program, outer)
+    producers = {s.buffer.name: n for n in program.nodes if isinstance(n, ComputeNode) and not n.is_reduction
+                 for s in n.stores}
     rewritten: list = []
     for node in program.nodes:
         factor = 1
         if node.name in outer:
-            factor = mixed.get(node.name) or split_factor(node.numel, node.rnumel, outer[node.name])
+            digits = row_digits(node, producers) if outer[node.name] else frozenset()
+            factor = mixed.get(node.name) or split_factor(node.numel, node.rnumel, outer[node.name], digits)
         if factor > 1 and _splittable_welford(node):
             while node.rnumel % factor:  # welford's chunks must be equal: a factor dividing the row
                 factor //= 2

@@ -82,6 +82,18 @@ def test_no_candidate_launches_fewer_programs_than_a_wave_or_the_heuristic():
     assert all(_programs(few, c) >= _programs(few, few.config) for c in candidate_configs(few))
 
 
+def test_a_looped_column_reduction_is_also_tried_in_short_steps_of_narrow_tiles():
+    import torch
+
+    # EfficientNet's squeeze-and-excitation sum over 14 x 14, channels-last: 21504 columns x 196 rows
+    kernel = _first_kernel(lambda a, b: (a * b).sum((2, 3)),
+                           torch.randn(32, 672, 14, 14).to(memory_format=torch.channels_last),
+                           torch.randn(32, 672, 14, 14).to(memory_format=torch.channels_last))
+    assert kernel.config.get("outer") and not kernel.config["persistent"]
+    tiles = {(c["XBLOCK"], c["RBLOCK"]) for c in candidate_configs(kernel)}
+    assert {(16, 32), (32, 32)} <= tiles
+
+
 @pytest.mark.parametrize("width, warps", [(768, {1, 2}), (2048, {2}), (8192, set())])
 def test_a_persistent_row_is_tried_one_per_program_on_few_warps_while_it_fits_in_registers(width, warps):
     import torch

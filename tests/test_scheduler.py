@@ -275,6 +275,36 @@ def test_a_split_prefers_chunks_of_a_power_of_two_that_divide_the_row(numel, rnu
     assert power_of_two_factor & (power_of_two_factor - 1) == 0 and power_of_two_factor <= factor
 
 
+def test_a_column_reduction_read_in_pieces_of_its_row_is_cut_at_that_digit(monkeypatch):
+    # ConvNeXt's 32 x 7 x 7 rows read through an NCHW tensor: 32 chunks of 49 rather than 8 of 196
+    assert split_reductions.split_factor(768, 1568, True, frozenset({49})) == 32
+    assert split_reductions.split_factor(768, 1568, True) == 8
+    assert split_reductions.split_factor(768, 1568, True, frozenset({7})) == 8  # chunks too short
+    # 32 chunks of 784 rows would be fewer than the cost model asks for (196 of 128)
+    assert split_reductions.split_factor(768, 25088, True, frozenset({784})) == 196
+    assert split_reductions.split_factor(768, 1568, False, frozenset({49})) == 1  # row reductions: not this rule
+    monkeypatch.setattr(split_reductions, "DIGIT_CHUNKS", False)
+    assert split_reductions.split_factor(768, 1568, True, frozenset({49})) == 8
+
+
+def test_a_crossed_column_sum_over_images_splits_per_image_and_its_nchw_stores_lose_their_division():
+    """ConvNeXt's drop-path backward: per-image scale of an NCHW tensor, its channels-last copy
+    summed over N x H x W. Chunks of one 7 x 7 image make the NCHW stores contiguous."""
+    def fn(g, scale, weight):
+        div = g.expand(32, 16, 7, 7) / 49
+        mul = div * scale
+        rows = (mul * weight).permute(0, 2, 3, 1).contiguous().view(32 * 49, 16)
+        return div, mul, rows, rows.sum(0)
+
+    inputs = [torch.randn(32, 16, 1, 1), torch.randn(32, 1, 1, 1), torch.randn(1, 16, 1, 1)]
+    artifact = compile_and_check(fn, *inputs)
+    shapes = [(k["numel"], k["rnumel"]) for k in artifact.manifest["kernels"]]
+    assert (32 * 16, 49) in shapes and (16, 32) in shapes, shapes
+    partial = next(k for k in artifact.manifest["kernels"] if k["rnumel"] == 49)
+    source = artifact.kernel_source(partial)
+    assert "// 49" not in source and "% 49" not in source
+
+
 @pytest.mark.parametrize("reduce", ["sum", "var_mean"])
 def test_a_column_reduction_split_into_a_non_power_of_two_number_of_chunks_matches_eager(reduce):
     """3072 rows (3 x 1024) cut into 24 chunks of 128: the final pass reduces 24 partials, and
