@@ -9,7 +9,7 @@ sets (fusewire autotuned and with benchmark-driven fusion unless --no-autotune /
 For each case: fusewire compiles the graph for this GPU's arch (cubins built ahead of time,
 launched without the Triton compiler), checks the result against eager (relative error in
 float64), then all three are timed as CUDA-graph replays (so host launch overhead is out of the
-numbers) with triton.testing.do_bench's median. Achieved GB/s counts the fewest bytes the graph
+numbers) with triton.testing.do_bench's median, in turn, for --rounds rounds (the median round counts). Achieved GB/s counts the fewest bytes the graph
 must move (each input read once, each output written once; for model cases the count in the
 case file's header); %copy compares it with a measured device-to-device copy of 4 GiB (the
 device's steady state), %same_bytes_copy with a copy that moves the case's own bytes, timed as the
@@ -199,6 +199,7 @@ class Settings:
     autotune: bool = True
     benchmark_fusion: bool = True
     profile: bool = False
+    rounds: int = 3  # each mode timed once per round, the modes in turn; the median round counts
 
     @property
     def device(self) -> str:
@@ -250,10 +251,18 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
         compiled(*inputs)
         row["inductor_compile_s"] = round(time.perf_counter() - started, 2)
         timings["inductor"] = lambda: graph_time_ms(compiled, inputs)
-    for label, measure_ms in timings.items():
-        ms = measure_ms()
+    # Modes in turn, round after round: timed once each in a fixed order, the mode timed first after
+    # the compiles (the GPU idle) came out up to 2 us slower (H100, 2026-11-27: GPT-NeoX's rotary
+    # 38.6, then 36.6 and 36.6; ResNet's weight copy 6.2, then 5.8 and 5.7)
+    rounds: dict[str, list[float]] = {label: [] for label in timings}
+    for _ in range(max(1, settings.rounds)):
+        for label, measure_ms in timings.items():
+            rounds[label].append(measure_ms())
+    for label, times in rounds.items():
+        ms = sorted(times)[len(times) // 2]
         gbs = moved / ms / 1e6
-        row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / settings.copy_gbs, 1)}
+        row[label] = {"ms": round(ms, 4), "GB/s": round(gbs, 1), "%copy": round(100 * gbs / settings.copy_gbs, 1),
+                      "rounds_ms": [round(t, 4) for t in times]}
     # timed last: timed first, it slowed the small cases' eager and fusewire replays by 1-2 us
     # (H100, 2026-11-24; docs/PERF.md, runs S and T)
     copy_ms = same_bytes_copy_ms(moved, settings.device)
@@ -333,6 +342,8 @@ def main() -> None:
     parser.add_argument("--no-benchmark-fusion", action="store_true", help="the fusion score alone decides fusions")
     parser.add_argument("--profile", action="store_true",
                         help="add each kernel's GPU time (torch.profiler, one call) for fusewire and Inductor")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times each mode is timed, the modes in turn; the median counts (default 3)")
     parser.add_argument("--shard", type=parse_shard, default=(0, 1),
                         help="i/n: only every n-th selected case, from the i-th (one process per GPU)")
     parser.add_argument("--report", nargs="+", metavar="JSONL",
@@ -342,7 +353,7 @@ def main() -> None:
         _print_table([row for path in args.report for row in _read_rows(path)])
         return
     settings = Settings(local_gpu_target(), copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
-                        not args.no_benchmark_fusion, args.profile)
+                        not args.no_benchmark_fusion, args.profile, args.rounds)
     print(f"device {torch.cuda.get_device_name()} ({settings.target}), torch {torch.__version__}, "
           f"device-to-device copy {settings.copy_gbs:.0f} GB/s")
     rows = _read_rows(args.jsonl) if args.resume and args.jsonl else []

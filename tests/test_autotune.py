@@ -461,3 +461,13 @@ def test_a_layer_norm_over_a_transposed_patch_embedding_is_crossed_and_tries_row
     layer_norm = lambda x, w, b: F.layer_norm(x, (768,), w, b)  # noqa: E731
     (plain,) = generate(schedule(lower(_trace(layer_norm, *inputs[2:])), CompileOptions()), TARGET).kernels
     assert not plain.crossed
+
+
+def test_a_tiled_transpose_is_also_tried_in_narrow_tiles():
+    import torch
+
+    # ResNet's weight copied to channels-last: 256 x 128 x 3 x 3, small enough that tile shape shows
+    kernel = _first_kernel(lambda w: w.contiguous(memory_format=torch.channels_last), torch.randn(256, 128, 3, 3))
+    assert kernel.config.get("tiled")
+    tiles = {(c["XBLOCK"], c["RBLOCK"]) for c in candidate_configs(kernel)}
+    assert {(16, 64), (64, 16), (32, 32)} <= tiles

@@ -174,11 +174,16 @@ def test_picked_cases_compile_and_match_eager(case_set):
 def test_model_case_runs_through_the_benchmark_path_on_cpu(case_set, monkeypatch):
     import bench.kernels as kernels
 
-    monkeypatch.setattr(kernels, "graph_time_ms", lambda fn, inputs: 0.5)  # timing needs CUDA
+    # timing needs CUDA: replays take these times, in this order (eager and fusewire in turn, 3 rounds,
+    # then the same-bytes copy)
+    replays = iter([1.0, 0.6, 2.0, 0.4, 3.0, 0.5, 0.5])
+    monkeypatch.setattr(kernels, "graph_time_ms", lambda fn, inputs: next(replays))
     case = next(c for c in case_set.cases if "native_layer_norm_backward" in c.name)
     settings = Settings("cpu", copy_gbs=1.0, with_inductor=False, autotune=False, benchmark_fusion=False)
     row = run_model_case(case, settings)
     assert row["rel_error"] < 2e-2 and row["bytes"] == case.moved_bytes
+    assert row["eager"]["rounds_ms"] == [1.0, 2.0, 3.0] and row["eager"]["ms"] == 2.0
+    assert row["fusewire"]["rounds_ms"] == [0.6, 0.4, 0.5] and row["fusewire"]["ms"] == 0.5  # the median round
     assert row["fusewire"]["GB/s"] == round(case.moved_bytes / 0.5 / 1e6, 1)
     assert row["same_bytes_copy_ms"] == 0.5 and row["fusewire"]["%same_bytes_copy"] == 100.0
 
