@@ -8,6 +8,7 @@ import contextlib
 import json
 import re
 import shutil
+from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -381,3 +382,14 @@ def test_report_lines_name_the_cases_below_the_floor_and_count_large_cases_at_co
                           row("tiny", 1.0, 1.0, 1, 99.0, 99.0)])
     assert lines[0] == "below 0.97x inductor: 1 (slow 0.900)"
     assert lines[1] == "cases of 64 MiB+ at 85 % of a same-bytes copy: fusewire 1 of 2, inductor 1"
+
+
+def test_where_it_loses_reads_its_case_specs_and_finds_no_inductor_kernels_it_was_told_of():
+    import argparse
+
+    from bench.where_it_loses import inductor_autotuners, inductor_kernels, parse_spec
+
+    assert parse_spec("bench/held_out:convnext_bw") == (Path("bench/held_out"), "convnext_bw")
+    with pytest.raises(argparse.ArgumentTypeError, match="FOLDER:NAME"):
+        parse_spec("convnext_bw")
+    assert inductor_kernels({id(t) for t in inductor_autotuners()}) == []

@@ -305,6 +305,20 @@ def test_a_crossed_column_sum_over_images_splits_per_image_and_its_nchw_stores_l
     assert "// 49" not in source and "% 49" not in source
 
 
+@pytest.mark.parametrize("hw", [(7, 7), (14, 14)])
+def test_channels_last_statistics_of_an_nchw_tensor_split_per_image_match_eager(hw):
+    """BatchNorm-style var_mean over N x H x W of an NCHW tensor copied to channels-last: welford's
+    chunks are whole images (49 or 196 rows), combined over 32 chunks; mean far from zero."""
+    def fn(x):
+        rows = x.permute(0, 2, 3, 1).contiguous().view(-1, x.shape[1])
+        return (rows,) + torch.var_mean(rows, dim=0, correction=0)
+
+    x = torch.randn(32, 12, *hw) * 2 + 3
+    artifact = compile_and_check(fn, x)
+    image = hw[0] * hw[1]
+    assert (32 * 12, image) in [(k["numel"], k["rnumel"]) for k in artifact.manifest["kernels"]]
+
+
 @pytest.mark.parametrize("reduce", ["sum", "var_mean"])
 def test_a_column_reduction_split_into_a_non_power_of_two_number_of_chunks_matches_eager(reduce):
     """3072 rows (3 x 1024) cut into 24 chunks of 128: the final pass reduces 24 partials, and
