@@ -9,9 +9,9 @@ sets (fusewire autotuned and with benchmark-driven fusion unless --no-autotune /
 For each case: fusewire compiles the graph for this GPU's arch (cubins built ahead of time,
 launched without the Triton compiler), checks the result against eager (relative error in
 float64), then all three are timed as CUDA-graph replays (so host launch overhead is out of the
-numbers) with triton.testing.do_bench's median, in turn, for --rounds rounds (the median round counts). Achieved GB/s counts the fewest bytes the graph
-must move (each input read once, each output written once; for model cases the count in the
-case file's header); %copy compares it with a measured device-to-device copy of 4 GiB (the
+numbers) with triton.testing.do_bench's median, in turn, for --rounds rounds (the median round
+counts). Achieved GB/s counts the fewest bytes the graph must move (each input read once, each
+output written once; for model cases the count in the case file's header); %copy compares it with a measured device-to-device copy of 4 GiB (the
 device's steady state), %same_bytes_copy with a copy that moves the case's own bytes, timed as the
 case is (what a kernel of that size can reach: launch, ramp-up and tail included).
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.indexing import FloorDiv, ModularIndexing, unflatten
+from compiler.indexing import FloorDiv, ModularIndexing, affine_coefficients, unflatten
 from compiler.ir import ComputeNode, Layout, Program, Store
 from compiler.mixed_order import MIXABLE, mix_chunk
 
@@ -136,7 +136,6 @@ def _contiguous_row_runs(producer: ComputeNode, columns: int, rows: int) -> set[
     """Over a pointwise producer whose ranges are the rows, then the columns, of a column
     reduction: the rows that each of its accesses reads contiguously along its last row dims."""
     from compiler.dependencies import MemoryDep, extract_read_writes, node_index_symbols
-    from compiler.indexing import affine_coefficients
 
     ranges = list(producer.ranges)
     split = next((k for k in range(len(ranges)) if math.prod(ranges[k:]) == columns), None)

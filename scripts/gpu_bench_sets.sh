@@ -2,15 +2,17 @@
 # bench/kernels.py over whole case sets, sharded over every GPU of the machine (the device tool's
 # `run`, `.gpu` carried): one process per GPU takes every n-th case of each set, so four GPUs
 # time a set in a quarter of the time. Each GPU times its own cases side by side with Inductor,
-# as one process would. Rows go to .bench-runs/<set>.<gpu>.jsonl as measured; a call cut short
-# (`BENCH_DEADLINE_S` after it starts, default 540 s) is resumed by running the same command again on the same
-# warm machine. At the end each set's rows are merged into $OUT/<set>.jsonl and its table printed.
+# as one process would. Rows go to .bench-runs/<set>.<gpu>.jsonl as measured. A run stops taking
+# new cases `BENCH_DEADLINE_S` after it starts (default 540 s); BENCH_RESUME=1 then goes on from the
+# rows already there (the same command, on the same warm machine), where without it a run starts
+# afresh. At the end each set's rows are merged into $OUT/<set>.jsonl and its table printed.
 #
 #   bash scripts/gpu_bench_sets.sh bench/cases bench/held_out ...   [extra bench/kernels.py arguments after --]
 set -uo pipefail
 source scripts/gpu_env.sh || exit 1
 out="${OUT:-/tmp}"
 runs=.bench-runs
+[ "${BENCH_RESUME:-0}" = 1 ] || rm -rf "$runs"
 mkdir -p "$runs"
 sets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=("$1"); shift; done
