@@ -100,6 +100,13 @@ class ModularIndexing(sympy.Function):
         return None
 
 
+def digit_span(piece: FloorDiv | ModularIndexing, numel: int) -> tuple[int, int]:
+    """The range [low, high) of an index's values that a piece of it reads: `a // low` reads
+    [low, numel) of `a` in [0, numel), `(a // low) % m` reads [low, low * m)."""
+    low = int(piece.args[1])
+    return low, low * int(piece.args[2]) if isinstance(piece, ModularIndexing) else numel
+
+
 def _is_multiple(term: Expr, n: int) -> bool:
     if term.is_Integer:
         return int(term) % n == 0

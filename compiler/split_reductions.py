@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.indexing import FloorDiv, ModularIndexing, affine_coefficients, unflatten
+from compiler.indexing import FloorDiv, ModularIndexing, affine_coefficients, digit_span, unflatten
 from compiler.ir import ComputeNode, Layout, Program, Store
 from compiler.mixed_order import MIXABLE, mix_chunk
 
@@ -124,8 +124,7 @@ def row_digits(node: ComputeNode, producers: dict[str, ComputeNode]) -> frozense
             continue
         for piece in dep.index.atoms(FloorDiv, ModularIndexing):
             if piece.args[0].free_symbols & symbols:
-                low = int(piece.args[1])  # r // low, or (r // low) % m: the digit spans [low, low * m)
-                digits.update((low, low * int(piece.args[2])) if isinstance(piece, ModularIndexing) else (low,))
+                digits.update(digit_span(piece, node.rnumel))
         producer = producers.get(dep.buffer)
         if producer is not None:
             digits.update(_contiguous_row_runs(producer, node.numel, node.rnumel))
@@ -182,14 +181,14 @@ def split_reductions(program: Program) -> None:
     """Rewrites qualifying reductions in place (program.nodes and program.buffers)."""
     outer = {n.name: is_outer(n) for n in program.nodes if isinstance(n, ComputeNode) and n.is_reduction}
     mixed = mixed_order_factors(program, outer)
-    producers = {s.buffer.name: n for n in program.nodes if isinstance(n, ComputeNode) and not n.is_reduction
-                 for s in n.stores}
+    producers = pointwise_producers(program)
     rewritten: list = []
     for node in program.nodes:
         factor = 1
         if node.name in outer:
-            digits = row_digits(node, producers) if outer[node.name] else frozenset()
-            factor = mixed.get(node.name) or split_factor(node.numel, node.rnumel, outer[node.name], digits)
+            factor = mixed.get(node.name) or split_factor(
+                node.numel, node.rnumel, outer[node.name],
+                row_digits(node, producers) if outer[node.name] else frozenset())
         if factor > 1 and _splittable_welford(node):
             while node.rnumel % factor:  # welford's chunks must be equal: a factor dividing the row
                 factor //= 2
@@ -203,6 +202,12 @@ def split_reductions(program: Program) -> None:
     program.nodes[:] = rewritten
     for i, node in enumerate(program.nodes):  # node names encode program order
         node.name = f"op{i}"
+
+
+def pointwise_producers(program: Program) -> dict[str, ComputeNode]:
+    """The pointwise node that stores each buffer, by the buffer's name."""
+    return {s.buffer.name: n for n in program.nodes if isinstance(n, ComputeNode) and not n.is_reduction
+            for s in n.stores}
 
 
 def mixed_order_factors(program: Program, outer: dict[str, bool]) -> dict[str, int]:
@@ -232,8 +237,7 @@ class _SourceBuffers:
     own reads are extracted once."""
 
     def __init__(self, program: Program) -> None:
-        self._producer = {s.buffer.name: n for n in program.nodes if isinstance(n, ComputeNode)
-                          and not n.is_reduction for s in n.stores}
+        self._producer = pointwise_producers(program)
         self._reads: dict[str, frozenset[str]] = {}
 
     def reads(self, node: ComputeNode) -> frozenset[str]:

@@ -476,25 +476,14 @@ def test_a_tiled_transpose_is_also_tried_in_narrow_tiles():
 def _layout_conversions(kernel, dtypes: dict[str, str], config: dict, tmp_path) -> list[str]:
     """Element types of the layout conversions in the kernel's TTGIR for sm_90 with `config`
     (Triton compiles for sm_90 without a GPU)."""
-    import importlib.util
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from compiler.codegen.aot import _job_entry
+    from compiler.codegen.aot_server import compile_kernel
 
     entry = _job_entry(kernel, dtypes, tmp_path, f"k{config['XBLOCK']}")
     entry["constants"]["XBLOCK"] = config["XBLOCK"]
-    spec = importlib.util.spec_from_file_location(entry["stem"], entry["source"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    signature = dict(entry["signature"]) | {name: "constexpr" for name in entry["constants"]}
-    source = ASTSource(getattr(module, kernel.name), signature, constexprs=entry["constants"],
-                       attrs={(i,): [["tt.divisibility", 16]] for i in range(len(entry["signature"]))})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": config["num_warps"], "num_stages": 1})
+    compiled, _, _ = compile_kernel(entry | {"arch": 90, "num_warps": config["num_warps"]})
     return re.findall(r"convert_layout %\S+ : tensor<\d+x(\w+),", compiled.asm["ttgir"])
 
 

@@ -14,12 +14,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-def _compile_entry(entry: dict[str, Any]) -> None:
+def compile_kernel(entry: dict[str, Any]) -> tuple[Any, Any, dict[str, str]]:
+    """Triton's compiled kernel for one entry (its source file, name, signature, constants, arch,
+    warps and stages), with the jitted function and the full signature it was compiled with."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    target = GPUTarget("cuda", entry["arch"], 32)
     spec = importlib.util.spec_from_file_location(f"aot_{entry['stem']}", entry["source"])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -27,10 +28,15 @@ def _compile_entry(entry: dict[str, Any]) -> None:
     signature = dict(entry["signature"]) | {name: "constexpr" for name in entry["constants"]}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(entry["signature"]))}
     source = ASTSource(fn, signature, constexprs=entry["constants"], attrs=attrs)
-    compiled = triton.compile(source, target=target,
+    compiled = triton.compile(source, target=GPUTarget("cuda", entry["arch"], 32),
                               options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"]})
+    return compiled, fn, signature
+
+
+def _compile_entry(entry: dict[str, Any]) -> None:
+    compiled, fn, signature = compile_kernel(entry)
     metadata = compiled.metadata._asdict()
-    metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
+    metadata["target"] = {"backend": "cuda", "arch": entry["arch"], "warp_size": 32}
     out = Path(entry["out_dir"])
     (out / f"{entry['stem']}.cubin").write_bytes(compiled.asm["cubin"])
     (out / f"{entry['stem']}.json").write_text(json.dumps(

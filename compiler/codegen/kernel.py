@@ -21,7 +21,7 @@ import sympy
 from compiler.codegen.printer import texpr
 from compiler.codegen.triton_ops import CodegenError, TritonMathOps
 from compiler.codegen.values import TL_DTYPES, Var, is_float, literal, promote
-from compiler.indexing import RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index, upper_bound
+from compiler.indexing import RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, digit_span, simplify_index, upper_bound
 
 __all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError", "ROW_ALIGN"]
 
@@ -519,8 +519,7 @@ def skips_digits(index: Expr, numel: int) -> bool:
     placeholder = sympy.Dummy("piece", integer=True, nonnegative=True)
     if XINDEX in index.xreplace({p: placeholder for p in pieces}).free_symbols:
         return False  # xindex appears whole: every digit is used
-    spans = sorted((int(p.args[1]), int(p.args[1]) * int(p.args[2]) if isinstance(p, ModularIndexing) else numel)
-                   for p in pieces)
+    spans = sorted(digit_span(p, numel) for p in pieces)
     covered = 1
     for start, end in spans:
         if start > covered:
