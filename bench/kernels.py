@@ -131,10 +131,8 @@ CASES = [
 ]
 
 
-def graph_time_ms(fn: Callable, inputs: list[torch.Tensor]) -> float:
-    """Median time of a CUDA-graph replay of fn(*inputs)."""
-    import triton.testing
-
+def capture_graph(fn: Callable, inputs: list[torch.Tensor]) -> torch.cuda.CUDAGraph:
+    """fn(*inputs) captured as a CUDA graph, after three warm-up calls on a side stream."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -144,7 +142,14 @@ def graph_time_ms(fn: Callable, inputs: list[torch.Tensor]) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn(*inputs)
-    return triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median")
+    return graph
+
+
+def graph_time_ms(fn: Callable, inputs: list[torch.Tensor]) -> float:
+    """Median time of a CUDA-graph replay of fn(*inputs)."""
+    import triton.testing
+
+    return triton.testing.do_bench(capture_graph(fn, inputs).replay, warmup=25, rep=200, return_mode="median")
 
 
 def local_gpu_target() -> str:

@@ -2,8 +2,10 @@
 (autotuned, benchmark-driven fusion on) and by torch.compile, both are timed alternately
 (`--rounds` times each, CUDA-graph replay on a cold L2, as bench/kernels.py times them), and
 the kernels of both sides are recorded: fusewire's launch configs, candidate times and sources,
-Inductor's chosen configs and Triton sources (found among its CachingAutotuner objects). One
-JSON row per case, appended to `out` as it is measured.
+Inductor's chosen configs and Triton sources (found among its CachingAutotuner objects), and the
+GPU time of every kernel inside a replay of each side (torch.profiler, cold L2 as timed): whether
+a gap lies in one kernel or between kernels. One JSON row per case, appended to `out` as it is
+measured.
 
     python3 bench/where_it_loses.py out.jsonl bench/held_out:convnext_bw_div_mul_sum bench/cases:gpt2_fw_native_layer_norm
 """
@@ -15,14 +17,14 @@ import gc
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
 import compiler  # noqa: E402
-from bench.kernels import _flatten, graph_time_ms, local_gpu_target, relative_error  # noqa: E402
+from bench.kernels import _flatten, capture_graph, graph_time_ms, local_gpu_target, relative_error  # noqa: E402
 from bench.model_cases import case_inputs, load_cases  # noqa: E402
 from client.runtime import load  # noqa: E402
 from compiler.fx_import import to_fx  # noqa: E402
@@ -64,6 +66,41 @@ def inductor_kernels(known: set[int]) -> list[dict]:
     return kernels
 
 
+PROFILED_REPLAYS = 20
+
+
+def _gpu_kernel_times(body: Callable[[], None]) -> dict[str, list[float]]:
+    """Each GPU kernel's durations (us) while `body` runs, by kernel name."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        body()
+        torch.cuda.synchronize()
+    times: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            times.setdefault(event.name, []).append(event.time_range.elapsed_us())
+    return times
+
+
+def kernel_profile_us(fn: Callable, inputs: list[torch.Tensor]) -> dict[str, float]:
+    """Mean GPU us per replay of each kernel in a CUDA-graph replay of fn(*inputs), each replay
+    after an L2 flush (whose kernels are left out), and their sum as "total"."""
+    graph = capture_graph(fn, inputs)
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    flush_kernels = set(_gpu_kernel_times(flush.zero_))
+
+    def replays() -> None:
+        for _ in range(PROFILED_REPLAYS):
+            flush.zero_()
+            graph.replay()
+
+    per_kernel = {name: round(sum(t) / PROFILED_REPLAYS, 2)
+                  for name, t in _gpu_kernel_times(replays).items() if name not in flush_kernels}
+    return per_kernel | {"total": round(sum(per_kernel.values()), 2)}
+
+
 def probe(folder: Path, name: str, rounds: int) -> list[dict]:
     rows = []
     for case in load_cases(folder, wanted=[name]):
@@ -83,9 +120,10 @@ def probe(folder: Path, name: str, rounds: int) -> list[dict]:
             times["inductor"].append(round(graph_time_ms(inductor, inputs) * 1000, 2))
         ours = [{"name": k["name"], "numel": k["numel"], "rnumel": k["rnumel"], "config": k["config"],
                  "autotune": k.get("autotune"), "source": artifact.kernel_source(k)} for k in artifact.manifest["kernels"]]
-        rows.append({"case": case.name, "rel_error": error, "us": times, "fusewire": ours,
+        profiles = {"fusewire": kernel_profile_us(run, inputs), "inductor": kernel_profile_us(inductor, inputs)}
+        rows.append({"case": case.name, "rel_error": error, "us": times, "kernel_us": profiles, "fusewire": ours,
                      "inductor": inductor_kernels(known)})
-        print(case.name, times, flush=True)
+        print(case.name, times, json.dumps(profiles), flush=True)
     return rows
 
 

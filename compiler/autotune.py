@@ -58,13 +58,6 @@ CROSSED_PERSISTENT_RBLOCK = 2048
 # ...and may launch as few programs as this: a crossed kernel over 1280 channels has no wide tile
 # that gives 256 programs (EfficientNet's squeeze-and-excitation BatchNorm backward).
 CROSSED_MIN_PROGRAMS = 128
-# A pointwise kernel is also tried with two elements per thread. Where it loads a narrow type and
-# stores a wide one (int8 -> int64, bf16 -> float32), its loads and stores want different vector
-# widths per thread, and with 8 elements per thread Triton converts between the two layouts through
-# shared memory, at times on the wide values (ResNet's int8 pool-offset decode converts its int32
-# results where Inductor's converts the int8 input; GPT-2's float32 cast of its logits converts both);
-# with two per thread both fit one layout. Seen in the TTGIR on a CPU; its speed not yet measured.
-TWO_PER_THREAD = True
 # (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py). Pipelining its
 # loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards).
 MIXED_VARIANTS = ((1, 1), (1, 4), (2, 1), (2, 2), (4, 4), (4, 8), (8, 4))
@@ -152,8 +145,6 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
             variants += _whole_columns(kernel.rnumel)
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
-        if TWO_PER_THREAD:
-            variants.append({"XBLOCK": 64 * base["num_warps"]})
     elif base["persistent"] and base.get("outer"):  # few rows, many columns: columns per warp matter most
         x, warps = base["XBLOCK"], base["num_warps"]
         variants = [{"num_warps": w} for w in (1, 2, 4) if w != warps]

@@ -11,7 +11,8 @@ taken best first by `FusionState.score` (bytes saved, then proximity). Every ref
 recorded as a `WhyNoFuse` line for the manifest and `fusewire explain`. After the rounds, a
 column sum's partial pass joins the row reduction over the same rows (`fuse_mixed_orders`,
 compiler/mixed_order.py). The fused steps, in program order, are last reordered where that
-lowers the peak memory (`memory_order`).
+lowers the peak memory (`memory_order`), and a kernel that rereads what an earlier one walked
+numbers its programs back to front, to start where L2 still holds it (`l2_reuse`).
 
 Whole-model graphs have tens of thousands of nodes, so nothing here walks the whole graph
 per pair or per fusion: the dependencies between steps live in a `StepGraph` whose ranks
@@ -40,6 +41,7 @@ from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.memory_order import draws_random_numbers, reorder_for_peak_memory
 from compiler.mixed_order import is_column_pass, is_row_pass, mix_chunk, mixed_group_mapping
 from compiler.options import CompileOptions
+from compiler.l2_reuse import plan_l2_reuse
 from compiler.inline_gathers import (
     TRANSPOSED_TRIAL, gathered_producers, inline_gathered_producers, inline_transposed_producers, transposed_producers,
 )
@@ -83,6 +85,8 @@ class KernelGroup:
     row_block: int = 1  # rows a program needs at least (compiler.row_order: accesses contiguous across rows)
     mix_rows: int = 0  # a mixed-order kernel's rows per program (compiler.mixed_order); 0: not one
     column_nodes: frozenset[str] = frozenset()  # a mixed-order kernel's reductions along its columns
+    reverse_programs: bool = False  # programs numbered back to front (compiler.l2_reuse)
+    reread_later: frozenset[str] = frozenset()  # buffers the next reader starts where this kernel ends
 
     @property
     def numel(self) -> int:
@@ -186,6 +190,7 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
                                                                     itemsize, step.internal)
             if reordered is not None:
                 step.mapping, step.row_block = reordered
+    plan_l2_reuse(steps, read_writes, program)
     for i, step in enumerate(s for s in steps if isinstance(s, KernelGroup)):
         step.name = kernel_name(step, i, program.origin_ops)
     return Schedule(program, steps, read_writes, log.to_json(steps, options))

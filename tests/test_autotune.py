@@ -471,36 +471,3 @@ def test_a_tiled_transpose_is_also_tried_in_narrow_tiles():
     assert kernel.config.get("tiled")
     tiles = {(c["XBLOCK"], c["RBLOCK"]) for c in candidate_configs(kernel)}
     assert {(16, 64), (64, 16), (32, 32)} <= tiles
-
-
-def _layout_conversions(kernel, dtypes: dict[str, str], config: dict, tmp_path) -> list[str]:
-    """Element types of the layout conversions in the kernel's TTGIR for sm_90 with `config`
-    (Triton compiles for sm_90 without a GPU)."""
-    import re
-
-    from compiler.codegen.aot import _job_entry
-    from compiler.codegen.aot_server import compile_kernel
-
-    entry = _job_entry(kernel, dtypes, tmp_path, f"k{config['XBLOCK']}")
-    entry["constants"]["XBLOCK"] = config["XBLOCK"]
-    compiled, _, _ = compile_kernel(entry | {"arch": 90, "num_warps": config["num_warps"]})
-    return re.findall(r"convert_layout %\S+ : tensor<\d+x(\w+),", compiled.asm["ttgir"])
-
-
-def test_a_pointwise_kernel_is_also_tried_two_elements_a_thread_where_loads_and_stores_share_a_layout(
-        tmp_path, monkeypatch):
-    import torch
-
-    from compiler.codegen import generate
-
-    monkeypatch.setenv("TRITON_INTERPRET", "0")  # compile for sm_90, not for the interpreter
-    # a cast of bf16 logits to float32 minus their max, as a cross-entropy's forward does
-    program = lower(_trace(lambda a, m: a.float() - m, torch.randn(64, 1000, dtype=torch.bfloat16),
-                           torch.randn(64, 1)))
-    scheduled = schedule(program, CompileOptions())
-    kernel = generate(scheduled, TARGET).kernels[0]
-    dtypes = program.buffer_dtypes()
-    two = {"XBLOCK": 64 * kernel.config["num_warps"], "num_warps": kernel.config["num_warps"]}
-    assert any(c["XBLOCK"] == two["XBLOCK"] and c["num_warps"] == two["num_warps"] for c in candidate_configs(kernel))
-    assert _layout_conversions(kernel, dtypes, kernel.config, tmp_path)  # 8 a thread: bf16 and float32 disagree
-    assert not _layout_conversions(kernel, dtypes, two, tmp_path)

@@ -90,7 +90,7 @@ def test_a_large_row_read_again_by_a_later_loop_stays_in_l2_a_small_one_is_left_
     from compiler.indexing import RINDEX, XINDEX
 
     def policy(rows: int, persistent: bool = False, kind: str = "r", reloaded=("x",)) -> str | None:
-        writer = SimpleNamespace(is_reduction=True, tiled=False, persistent=persistent,
+        writer = SimpleNamespace(is_reduction=True, tiled=False, persistent=persistent, reread_later=frozenset(),
                                  bounds={XINDEX: rows, RINDEX: 32000}, buffer_dtypes={"x": "bfloat16"})
         return eviction_policy(writer, kind, _load("tmp1", "x", "rindex + 32000*xindex"), set(reloaded))
 

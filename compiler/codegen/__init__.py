@@ -158,7 +158,8 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
     writer = KernelWriter(group.name, group.numel, group.rnumel, group.is_reduction, config["persistent"],
                           "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu",
                           tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=not config.get("outer"),
-                          mix_rows=group.mix_rows)
+                          mix_rows=group.mix_rows, reverse_programs=group.reverse_programs,
+                          reread_later=group.reread_later)
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
     source, arguments = assemble(writer, dropped_stores(writer, group))
     return KernelSource(

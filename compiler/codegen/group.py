@@ -228,7 +228,8 @@ POINTWISE_KEEP_REREAD = True
 def eviction_policy(writer: KernelWriter, section_kind: str, line: object, reloaded: set[str]) -> str | None:
     """L2 policy of a load, as Inductor sets it. A pointwise kernel keeps what it reads more than
     once (evict_last). A reduction kernel keeps what every row reads again (evict_last) and a large
-    row a later loop reads again, and streams what a loop reads for the last time (evict_first)."""
+    row a later loop reads again, and streams what a loop reads for the last time (evict_first), unless
+    a later kernel reads it again (compiler.l2_reuse)."""
     if not isinstance(line, LoadLine) or writer.tiled:
         return None
     if not writer.is_reduction:
@@ -239,7 +240,7 @@ def eviction_policy(writer: KernelWriter, section_kind: str, line: object, reloa
     if line.buffer in reloaded:
         size = writer.bounds[XINDEX] * writer.bounds[RINDEX] * ITEMSIZES[writer.buffer_dtypes[line.buffer]]
         return "evict_last" if looped and size >= RELOAD_KEEP_MIN_BYTES else None
-    return "evict_first" if looped else None
+    return "evict_first" if looped and line.buffer not in writer.reread_later else None
 
 
 # A block that divides its size evenly needs no bounds check: the constexpr test makes the mask
@@ -249,10 +250,12 @@ RMASK = "rmask = (rindex < rnumel) | ((rnumel % RBLOCK == 0) & (rnumel > 0))"
 
 
 def _index_texts(writer: KernelWriter) -> tuple[str, str]:
-    """The program id and an arange of `{n}` lanes, in the kernel's index dtype."""
+    """The program id (counted from the last program where the kernel runs back to front) and an
+    arange of `{n}` lanes, in the kernel's index dtype."""
+    program_id = "(tl.num_programs(0) - 1 - tl.program_id(0))" if writer.reverse_programs else "tl.program_id(0)"
     if writer.index_dtype == "int64":
-        return "tl.program_id(0).to(tl.int64)", "tl.arange(0, {n}).to(tl.int64)"
-    return "tl.program_id(0)", "tl.arange(0, {n})"
+        return f"{program_id}.to(tl.int64)", "tl.arange(0, {n}).to(tl.int64)"
+    return program_id, "tl.arange(0, {n})"
 
 
 def _mixed_prologue(writer: KernelWriter) -> list[str]:

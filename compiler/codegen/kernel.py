@@ -66,14 +66,15 @@ class KernelWriter(TritonMathOps):
     def __init__(self, name: str, numel: int, rnumel: int, is_reduction: bool, persistent: bool,
                  index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool,
                  tiled: bool = False, unrounded: frozenset[str] = frozenset(), row_windows: bool = False,
-                 mix_rows: int = 0) -> None:
+                 mix_rows: int = 0, reverse_programs: bool = False, reread_later: frozenset[str] = frozenset()) -> None:
         """`unrounded`: buffers no other kernel reads (the group's internal ones). Their readers here
         get the float32 value itself, as Inductor's do: rounding it to a bf16/fp16 buffer's dtype would
         cost two conversions per element and value and make the result no more accurate.
         `row_windows`: a looped inner reduction may walk misaligned rows in aligned windows (ROW_ALIGN).
         `mix_rows`: a mixed-order kernel's rows per program (compiler/mixed_order.py): its sections
         run in a loop over the program's rows, XBLOCK at a time, and `reduce_columns` sums along
-        the rows across that loop."""
+        the rows across that loop.
+        `reverse_programs`, `reread_later`: see compiler.l2_reuse."""
         self.name = name
         self.row_windows = row_windows and is_reduction and not persistent and not tiled
         self.row_stride: int | None = None  # set once a row window is in use: the stride of its rows
@@ -101,6 +102,8 @@ class KernelWriter(TritonMathOps):
         self._shared_caches = {"x": {}, "r": {}}
         self.pending_after: list[str] = []  # lines that must follow the loop just written
         self.mix_rows = mix_rows
+        self.reverse_programs = reverse_programs
+        self.reread_later = reread_later
         if mix_rows:
             self.bounds[PID] = max(1, -(-numel // mix_rows))
         self.before_rows: list[str] = []  # a mixed-order kernel's lines before its loop over rows
