@@ -55,3 +55,48 @@ def test_small_integers_widened_to_int64_compute_in_int32():
     source = kernel_sources(compile_and_check(decode, offsets))
     assert "// 3" in source and "tl.abs(tmp" in source
     assert not re.search(r"// tl\.abs", source)
+
+
+def _decode(offsets):
+    wide = offsets.to(torch.int64)
+    return (wide // 3 - 1) * 112 + torch.remainder(wide, 3) + torch.arange(offsets.shape[-1]) * 2
+
+
+def test_the_decode_is_correct_with_widened_values_left_in_int64(monkeypatch):
+    """NARROW_WIDENED off (Inductor's form, for the A/B): the same results in int64 arithmetic."""
+    import compiler.codegen.int_narrowing as int_narrowing
+
+    monkeypatch.setattr(int_narrowing, "NARROW_WIDENED", False)
+    offsets = torch.randint(-128, 128, (5, 7, 9), dtype=torch.int8)
+    source = kernel_sources(compile_and_check(_decode, offsets))
+    assert "// tl.abs" in source  # an int64 division, as the switch asks
+
+
+def test_an_int8_decode_in_int64_converts_its_int8_input_between_layouts(tmp_path, monkeypatch):
+    """The int8 load and the int64 store want different register layouts. Computed in int64, the
+    kernel converts its int8 input, as Inductor's does, only if its floor division casts no bool
+    to an integer (a second widening would keep Triton from moving the conversion up to the load).
+    Compiled for sm_90 on a CPU; the TTGIR says where the conversion is."""
+    import compiler.codegen.int_narrowing as int_narrowing
+    from compiler.codegen import generate
+    from compiler.codegen.aot import _job_entry
+    from compiler.codegen.aot_server import compile_kernel
+    from compiler.fx_import import from_fx
+    from compiler.lowering import lower
+    from compiler.options import CompileOptions
+    from compiler.scheduler import schedule
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    offsets = torch.randint(-128, 128, (32, 64, 56, 56), dtype=torch.int8)
+    program = lower(from_fx(make_fx(_decode)(offsets), [offsets]))
+
+    def converted_types(narrow: bool) -> list[str]:
+        monkeypatch.setattr(int_narrowing, "NARROW_WIDENED", narrow)
+        (kernel,) = generate(schedule(program, CompileOptions()), "cuda:sm_90").kernels
+        entry = _job_entry(kernel, program.buffer_dtypes(), tmp_path, f"decode_{narrow}")
+        compiled, _, _ = compile_kernel(entry | {"arch": 90})
+        return re.findall(r"convert_layout %\S+ : tensor<\d+x(\w+),", compiled.asm["ttgir"])
+
+    assert converted_types(narrow=False) == ["i8"]
+    assert converted_types(narrow=True) == ["i32"]  # the shipped form, 4 % slower than Inductor's

@@ -126,7 +126,7 @@ class TritonMathOps(NarrowIntegers):
         # the same result whether `//` truncates (GPU) or floors (interpreter): work on magnitudes
         magnitude = self._binary("tl.abs({a}) // tl.abs({b})", a, b)
         inexact = self.emit(f"{magnitude} * tl.abs({b}) != tl.abs({a})", "bool")
-        return self.emit(f"tl.where(({a} < 0) != ({b} < 0), -{magnitude} - {inexact}.to({TL_DTYPES[magnitude.dtype]}), {magnitude})",
+        return self.emit(f"tl.where(({a} < 0) != ({b} < 0), tl.where({inexact}, -{magnitude} - 1, -{magnitude}), {magnitude})",
                          magnitude.dtype)
 
     def remainder(self, a, b):
