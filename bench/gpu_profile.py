@@ -18,17 +18,23 @@ def host_time_ms(fn) -> float:
     return issued * 1e3
 
 
-def profile_kernels(fn, top: int = 8) -> dict:
-    """One call of `fn` under torch.profiler: kernel count, summed GPU time, the top kernels."""
+def kernel_times_us(fn) -> dict[str, list[float]]:
+    """Each GPU kernel's durations (us) during one call of `fn` under torch.profiler, by name."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     by_name: dict[str, list[float]] = {}
-    for event in kernels:
-        by_name.setdefault(event.name, []).append(event.device_time_total / 1e3)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            by_name.setdefault(event.name, []).append(event.device_time_total)
+    return by_name
+
+
+def profile_kernels(fn, top: int = 8) -> dict:
+    """One call of `fn` under torch.profiler: kernel count, summed GPU time, the top kernels."""
+    by_name = {name: [us / 1e3 for us in times] for name, times in kernel_times_us(fn).items()}
     ranked = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:top]
-    return {"kernels": len(kernels), "gpu_ms": sum(e.device_time_total for e in kernels) / 1e3,
+    return {"kernels": sum(len(ms) for ms in by_name.values()), "gpu_ms": sum(sum(ms) for ms in by_name.values()),
             "top_kernels": [[name[:120], round(sum(ms), 3), len(ms)] for name, ms in ranked]}

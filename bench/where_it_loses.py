@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import compiler  # noqa: E402
+from bench.gpu_profile import kernel_times_us  # noqa: E402
 from bench.kernels import _flatten, capture_graph, graph_time_ms, local_gpu_target, relative_error  # noqa: E402
 from bench.model_cases import case_inputs, load_cases  # noqa: E402
 from client.runtime import load  # noqa: E402
@@ -69,27 +70,12 @@ def inductor_kernels(known: set[int]) -> list[dict]:
 PROFILED_REPLAYS = 20
 
 
-def _gpu_kernel_times(body: Callable[[], None]) -> dict[str, list[float]]:
-    """Each GPU kernel's durations (us) while `body` runs, by kernel name."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        body()
-        torch.cuda.synchronize()
-    times: dict[str, list[float]] = {}
-    for event in prof.events():
-        if event.device_type == DeviceType.CUDA:
-            times.setdefault(event.name, []).append(event.time_range.elapsed_us())
-    return times
-
-
 def kernel_profile_us(fn: Callable, inputs: list[torch.Tensor]) -> dict[str, float]:
     """Mean GPU us per replay of each kernel in a CUDA-graph replay of fn(*inputs), each replay
     after an L2 flush (whose kernels are left out), and their sum as "total"."""
     graph = capture_graph(fn, inputs)
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    flush_kernels = set(_gpu_kernel_times(flush.zero_))
+    flush_kernels = set(kernel_times_us(flush.zero_))
 
     def replays() -> None:
         for _ in range(PROFILED_REPLAYS):
@@ -97,7 +83,7 @@ def kernel_profile_us(fn: Callable, inputs: list[torch.Tensor]) -> dict[str, flo
             graph.replay()
 
     per_kernel = {name: round(sum(t) / PROFILED_REPLAYS, 2)
-                  for name, t in _gpu_kernel_times(replays).items() if name not in flush_kernels}
+                  for name, t in kernel_times_us(replays).items() if name not in flush_kernels}
     return per_kernel | {"total": round(sum(per_kernel.values()), 2)}
 
 

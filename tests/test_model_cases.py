@@ -187,6 +187,33 @@ def test_model_case_runs_through_the_benchmark_path_on_cpu(case_set, monkeypatch
     assert row["fusewire"]["rounds_ms"] == [0.6, 0.4, 0.5] and row["fusewire"]["ms"] == 0.5  # the median round
     assert row["fusewire"]["GB/s"] == round(case.moved_bytes / 0.5 / 1e6, 1)
     assert row["same_bytes_copy_ms"] == 0.5 and row["fusewire"]["%same_bytes_copy"] == 100.0
+    assert row["plan_bytes"] >= row["bytes"] // 2  # what the kernels move: see the plan-bytes test
+
+
+def test_plan_bytes_count_a_second_read_of_an_input_and_only_the_slice_a_kernel_reaches():
+    import torch.nn.functional as F
+
+    import compiler
+    from bench.kernels import moved_by_plan, plan_bytes
+    from compiler.fx_import import from_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def plan_of(fn, *inputs):
+        graph = from_fx(make_fx(fn)(*inputs), list(inputs))
+        return compiler.compile(graph, "cuda:sm_90", {"autotune": False, "benchmark_fusion": False}).plan
+
+    x = torch.randn(32, 64, 56, 56)  # large enough that the statistics split into their own kernels
+    w, b, mean, var = torch.randn(64), torch.randn(64), torch.randn(64), torch.rand(64) + 0.5
+    plan = plan_of(lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=True), x, w, b, mean, var)
+    case_bytes = 2 * x.numel() * 4  # its input and its output
+    # the statistics read the input, the normalize pass reads it again and writes the output
+    assert 3 * x.numel() * 4 <= plan_bytes(plan) < 3.05 * x.numel() * 4
+    assert moved_by_plan({"bytes": case_bytes, "plan_bytes": plan_bytes(plan)}) == plan_bytes(plan)
+
+    wide = torch.randn(4096, 300)
+    sliced = plan_bytes(plan_of(lambda t: t[:, :100] * 2, wide))
+    assert sliced == 2 * 4096 * 100 * 4  # a third of the input read, the product written
+    assert moved_by_plan({"bytes": 10**9, "plan_bytes": sliced}) == 10**9  # never below the case's own
 
 
 # ---------------------------------------------------------------------------------
@@ -382,6 +409,12 @@ def test_report_lines_name_the_cases_below_the_floor_and_count_large_cases_at_co
                           row("tiny", 1.0, 1.0, 1, 99.0, 99.0)])
     assert lines[0] == "below 0.97x inductor: 1 (slow 0.900)"
     assert lines[1] == "cases of 64 MiB+ at 85 % of a same-bytes copy: fusewire 1 of 2, inductor 1"
+    assert len(lines) == 2  # no plan bytes measured: no third count
+
+    slow_copy = row("slow", 0.9, 1.0, 100, 70.0, 86.0) | {"same_bytes_copy_ms": 0.7}
+    reread = slow_copy | {"plan_bytes": (100 << 20) * 3 // 2}  # 1.5x its bytes at 70 % of a copy: 105 %
+    lines = target_lines([reread, slow_copy | {"case": "plain", "plan_bytes": 100 << 20}])
+    assert lines[2] == "...at 85 % of a copy's speed over the bytes their plan moves (plan_bytes): fusewire 1 of 2"
 
 
 def test_where_it_loses_reads_its_case_specs_and_finds_no_inductor_kernels_it_was_told_of():
