@@ -24,6 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from client.cubin import cuda_target  # noqa: E402
 from gpu_profile import host_time_ms, profile_kernels  # noqa: E402
 
 
@@ -43,8 +44,7 @@ def fusewire_call(fn, x: torch.Tensor):
     from compiler.fx_import import from_fx
 
     graph = from_fx(make_fx(fn)(x), [x])
-    major, minor = torch.cuda.get_device_capability()
-    run = load(compiler.compile(graph, f"cuda:sm_{major}{minor}"))
+    run = load(compiler.compile(graph, cuda_target()))
     return lambda: run(x)
 
 

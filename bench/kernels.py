@@ -46,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/kernels.py` from anywhere: compiler/, client/, bench/ importable
     sys.path.insert(0, str(ROOT))
 
+from client.cubin import cuda_target  # noqa: E402
+
 if TYPE_CHECKING:
     from bench.case_cutting import Case as ModelCase
 
@@ -152,12 +154,6 @@ def graph_time_ms(fn: Callable, inputs: list[torch.Tensor]) -> float:
     import triton.testing
 
     return triton.testing.do_bench(capture_graph(fn, inputs).replay, warmup=25, rep=200, return_mode="median")
-
-
-def local_gpu_target() -> str:
-    """The compile target of this machine's GPU: cuda:sm_<major><minor>."""
-    major, minor = torch.cuda.get_device_capability()
-    return f"cuda:sm_{major}{minor}"
 
 
 def copy_bandwidth_gbs() -> float:
@@ -387,7 +383,7 @@ def main() -> None:
     if args.report:
         _print_table([row for path in args.report for row in _read_rows(path)])
         return
-    settings = Settings(local_gpu_target(), copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
+    settings = Settings(cuda_target(), copy_bandwidth_gbs(), not args.no_inductor, not args.no_autotune,
                         not args.no_benchmark_fusion, args.profile, args.rounds)
     print(f"device {torch.cuda.get_device_name()} ({settings.target}), torch {torch.__version__}, "
           f"device-to-device copy {settings.copy_gbs:.0f} GB/s")

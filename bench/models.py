@@ -60,6 +60,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models"), str(ROOT / "tests" / "client")]
 
+from client.cubin import cuda_target  # noqa: E402
 from client_models import Block  # noqa: E402
 from gpu_profile import host_time_ms, profile_kernels  # noqa: E402
 from zoo import HELD_OUT, ZOO, build, make_batch, step_loss  # noqa: E402
@@ -264,8 +265,7 @@ def make_process_state(name: str) -> None:
 def start_stack(state_dir: Path):
     from client.stack import Stack, StackConfig
 
-    major, minor = torch.cuda.get_device_capability()
-    stack = Stack(StackConfig(port=0, state_dir=state_dir, targets=[f"cuda:sm_{major}{minor}"],
+    stack = Stack(StackConfig(port=0, state_dir=state_dir, targets=[cuda_target()],
                               trust_file=state_dir / "trusted_keys"))
     stack.start()
     os.environ["FUSEWIRE_TRUSTED_KEYS_FILE"] = str(stack.trusted_in)  # this run's dev key, not ~/.config's

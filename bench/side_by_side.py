@@ -14,14 +14,15 @@ from typing import Callable, Sequence
 import torch
 
 import compiler
-from bench.kernels import _flatten, graph_time_ms, local_gpu_target, relative_error, same_bytes_copy_ms
+from bench.kernels import _flatten, graph_time_ms, relative_error, same_bytes_copy_ms
 from bench.model_cases import CASES_DIR, case_inputs, load_cases
+from client.cubin import cuda_target
 from client.runtime import load
 from compiler.fx_import import to_fx
 
 
 def timed(case, inputs: list[torch.Tensor], reference: list[torch.Tensor]) -> dict:
-    artifact = compiler.compile(case.graph, local_gpu_target(), {"autotune": True, "benchmark_fusion": True})
+    artifact = compiler.compile(case.graph, cuda_target(), {"autotune": True, "benchmark_fusion": True})
     run = load(artifact)
     error = relative_error(run(*inputs), reference)
     kernels = [(k["name"], k["numel"], k["rnumel"], k["config"], (k.get("autotune") or {}).get("ms"))

@@ -7,12 +7,12 @@ compiler/codegen/heuristics.py; autotuning proper belongs to the workers.
 
 from __future__ import annotations
 
-import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
 import compiler.codegen as codegen
 from bench.kernels import CASES, Case, _flatten, graph_time_ms, relative_error
+from client.cubin import cuda_target
 from client.runtime import load
 from compiler.codegen import heuristics
 from compiler.fx_import import from_fx
@@ -41,7 +41,7 @@ def time_with(case: Case, override: dict) -> tuple[float, float]:
     try:
         inputs = case.make_inputs()
         graph = from_fx(make_fx(case.fn)(*inputs), inputs)
-        run = load(compiler.compile(graph, "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())))
+        run = load(compiler.compile(graph, cuda_target()))
         error = relative_error(run(*inputs), _flatten(case.fn(*inputs)))
         return graph_time_ms(run, inputs), error
     finally:

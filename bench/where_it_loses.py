@@ -25,8 +25,9 @@ import torch  # noqa: E402
 
 import compiler  # noqa: E402
 from bench.gpu_profile import kernel_times_us  # noqa: E402
-from bench.kernels import _flatten, capture_graph, graph_time_ms, local_gpu_target, relative_error  # noqa: E402
+from bench.kernels import _flatten, capture_graph, graph_time_ms, relative_error  # noqa: E402
 from bench.model_cases import case_inputs, load_cases  # noqa: E402
+from client.cubin import cuda_target  # noqa: E402
 from client.runtime import load  # noqa: E402
 from compiler.fx_import import to_fx  # noqa: E402
 
@@ -94,7 +95,7 @@ def probe(folder: Path, name: str, rounds: int) -> list[dict]:
         inputs = case_inputs(case, seed=0, device="cuda")
         fn = to_fx(case.graph, "cuda")
         reference = _flatten(fn(*inputs))
-        artifact = compiler.compile(case.graph, local_gpu_target(), {"autotune": True, "benchmark_fusion": True})
+        artifact = compiler.compile(case.graph, cuda_target(), {"autotune": True, "benchmark_fusion": True})
         run = load(artifact)
         error = relative_error(run(*inputs), reference)
         known = {id(t) for t in inductor_autotuners()}

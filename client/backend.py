@@ -46,6 +46,7 @@ from torch.utils import _pytree as pytree
 from client import default_cache_dir
 from client.linear_groups import group_linears
 from client.channels_last import MODES as CHANNELS_LAST_MODES, use_channels_last
+from client.cubin import cuda_target
 from client.partition import PARTITIONERS, aot_options
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -611,8 +612,7 @@ def _target(tensors: Sequence[torch.Tensor]) -> str:
     """'cuda:sm_XY' of the first CUDA input's device, else 'cpu'."""
     for tensor in tensors:
         if tensor.device.type == "cuda":
-            major, minor = torch.cuda.get_device_capability(tensor.device)
-            return f"cuda:sm_{major}{minor}"
+            return cuda_target(tensor.device)
     return "cpu"
 
 

@@ -322,8 +322,9 @@ def _auto_targets() -> list[str]:
     import torch
 
     if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        return [f"cuda:sm_{major}{minor}"]
+        from client.cubin import cuda_target
+
+        return [cuda_target()]
     return ["cpu"]
 
 

@@ -19,6 +19,12 @@ from typing import Any, Callable
 import torch
 
 
+def cuda_target(device: int | torch.device | None = None) -> str:
+    """The compile target of a CUDA device (the current one by default): 'cuda:sm_XY'."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"cuda:sm_{major}{minor}"
+
+
 class CubinKernel:
     def __init__(self, entry: dict[str, Any], cubin: bytes) -> None:
         from triton.compiler.compiler import CompiledKernel
@@ -40,9 +46,9 @@ class CubinKernel:
 
     @staticmethod
     def _check_device(arch: int, name: str) -> None:
-        major, minor = torch.cuda.get_device_capability()
-        if major * 10 + minor != arch:
-            raise RuntimeError(f"kernel {name} was built for sm_{arch}, this GPU is sm_{major}{minor}")
+        here = cuda_target()
+        if here != f"cuda:sm_{arch}":
+            raise RuntimeError(f"kernel {name} was built for sm_{arch}, this GPU is {here.removeprefix('cuda:')}")
 
     def launcher(self, grid: tuple[int, int, int], use_hooks: bool = True) -> Callable[..., None]:
         """`launch(stream, *pointers)` runs the kernel on `grid`, the pointers given as ints (`data_ptr()`:

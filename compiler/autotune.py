@@ -311,8 +311,9 @@ def gpu_timer(target: str) -> Timer | None:
         return None
     if not torch.cuda.is_available():
         return None
-    major, minor = torch.cuda.get_device_capability()
-    if target != f"cuda:sm_{major}{minor}":
+    from client.cubin import cuda_target
+
+    if target != cuda_target():
         return None  # tuning on another arch would measure the wrong chip
     return time_kernel
 

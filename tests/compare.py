@@ -33,13 +33,15 @@ def reduction_passes(source: str) -> list[str]:
     return [text.split("for roffset")[0] for text in source.split("for roffset in range(0, ")[1:]]
 
 
+def rmse(value: torch.Tensor, reference: torch.Tensor) -> float:
+    """Root-mean-square error of `value` against `reference`, in float64 (0 for empty tensors)."""
+    return (value.double() - reference.double()).pow(2).mean().sqrt().item() if value.numel() else 0.0
+
+
 def assert_within_eager_error(got: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor, what: str,
                               multiplier: float = 2.0, floor: float = 1e-6) -> None:
     """Inductor's accuracy rule: root-mean-square error against the float64 run at most
     `multiplier` times eager's own, plus `floor`."""
     assert got.shape == eager.shape and got.dtype == eager.dtype, f"{what}: {got.shape} {got.dtype}, eager {eager.shape} {eager.dtype}"
-
-    def rmse(value: torch.Tensor) -> float:
-        return (value.double() - reference.double()).pow(2).mean().sqrt().item() if value.numel() else 0.0
-
-    assert rmse(got) <= multiplier * rmse(eager) + floor, f"{what}: error {rmse(got):.3g}, eager's {rmse(eager):.3g}"
+    error, eager_error = rmse(got, reference), rmse(eager, reference)
+    assert error <= multiplier * eager_error + floor, f"{what}: error {error:.3g}, eager's {eager_error:.3g}"

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
+from client.cubin import cuda_target
 from client.runtime import load
 from compiler.autotune import HEURISTIC_MARGIN, MemoryTuningCache
 from compiler.fx_import import from_fx, run_eager
@@ -35,7 +36,7 @@ def test_autotuned_kernels_keep_the_fastest_candidate_and_match_eager(name):
     fn, make_inputs = CASES[name]
     inputs = make_inputs()
     graph = from_fx(make_fx(fn)(*inputs), inputs)
-    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    target = cuda_target()
     cache = MemoryTuningCache()
     artifact = compiler.compile(graph, target, tuning_cache=cache)
     assert artifact.manifest["autotune"].startswith("autotuned")
@@ -55,7 +56,7 @@ def test_uncertain_fusions_are_timed_and_recorded_with_both_timings():
     fn = lambda a: (a * 2, a.sum(-1))  # noqa: E731  siblings sharing an input: a horizontal fusion
     inputs = [torch.randn(4096, 2048, device="cuda")]
     graph = from_fx(make_fx(fn)(*inputs), inputs)
-    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    target = cuda_target()
     artifact = compiler.compile(graph, target)
     fusion = artifact.manifest["fusion"]
     assert fusion["benchmark_note"].startswith("uncertain fusions timed")
@@ -75,7 +76,7 @@ def test_benchmarking_overturns_a_fusion_the_score_takes():
     fn = lambda a: (a.argmax(-1), a * 2)  # noqa: E731
     inputs = [torch.randn(4, 1 << 21, device="cuda")]
     graph = from_fx(make_fx(fn)(*inputs), inputs)
-    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    target = cuda_target()
     heuristic = compiler.compile(graph, target, {"benchmark_fusion": False, "autotune": False})
     assert len(heuristic.manifest["kernels"]) == 1  # the score alone fuses them
     benchmarked = compiler.compile(graph, target, {"autotune": False})
@@ -89,7 +90,7 @@ def test_recomputing_a_gathered_result_is_timed_against_storing_it():
     fn = lambda logits, target: F.cross_entropy(logits, target)  # noqa: E731  log-probs read only at the targets
     inputs = [torch.randn(512, 8000, device="cuda", dtype=torch.bfloat16), torch.randint(0, 8000, (512,), device="cuda")]
     graph = from_fx(make_fx(fn)(*inputs), inputs)
-    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    target = cuda_target()
     artifact = compiler.compile(graph, target, {"autotune": False})
     decision = next(d for d in artifact.manifest["fusion"]["benchmarked"] if d["why_benchmarked"].startswith("recompute"))
     assert decision["fused_ms"] > 0 and all(ms > 0 for ms in decision["unfused_ms"])
@@ -109,7 +110,7 @@ def test_column_reductions_rebuilt_with_their_rows_in_registers_match_eager(monk
              torch.randn(24, device="cuda", dtype=torch.bfloat16), torch.randn(24, device="cuda", dtype=torch.bfloat16)]),
     }[name]
     graph = from_fx(make_fx(fn)(*inputs), inputs)
-    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    target = cuda_target()
     monkeypatch.setattr("compiler.autotune.gpu_timer",
                         lambda target: lambda trial, _sizes: 1.0 if trial.config["persistent"] else 2.0)
     artifact = compiler.compile(graph, target, {"benchmark_fusion": False}, tuning_cache=MemoryTuningCache())
@@ -136,7 +137,7 @@ def _silu_batch_norm_backward_case():
 
 def test_a_transposed_producer_is_timed_inlined_against_stored_and_both_match_eager(monkeypatch):
     graph, inputs = _silu_batch_norm_backward_case()
-    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    target = cuda_target()
     reference = run_eager(graph, [t.double() for t in inputs])
     eager = run_eager(graph, inputs)
     artifact = compiler.compile(graph, target, {"autotune": False})
@@ -154,7 +155,7 @@ def test_a_transposed_producer_is_timed_inlined_against_stored_and_both_match_ea
 
 def test_a_crossed_reduction_adopting_a_column_tile_matches_eager(monkeypatch):
     graph, inputs = _silu_batch_norm_backward_case()
-    target = "cuda:sm_{}{}".format(*torch.cuda.get_device_capability())
+    target = cuda_target()
     monkeypatch.setattr("compiler.autotune.gpu_timer",
                         lambda target: lambda trial, _sizes: 1.0 if trial.config.get("outer") else 2.0)
     artifact = compiler.compile(graph, target, {"benchmark_fusion": False}, tuning_cache=MemoryTuningCache())

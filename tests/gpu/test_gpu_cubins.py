@@ -11,17 +11,13 @@ import pytest
 import torch
 
 import compiler
+from client.cubin import cuda_target
 from compiler.artifact import Artifact
 from compiler.fx_import import run_eager
 from tests.compare import assert_close_outputs
 from tests.corpus import corpus_inputs, corpus_names, load_graph
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _target() -> str:
-    major, minor = torch.cuda.get_device_capability()
-    return f"cuda:sm_{major}{minor}"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +27,7 @@ def artifacts(signed) -> dict[str, bytes]:
         def __missing__(self, name: str) -> bytes:
             # the defaults: autotuned, with benchmark-driven fusion, so every tuned and timed choice
             # (and timing itself, on random inputs) is checked against eager on the whole corpus
-            self[name] = signed(compiler.compile(load_graph(name), _target()))
+            self[name] = signed(compiler.compile(load_graph(name), cuda_target()))
             return self[name]
     return Built()
 
@@ -78,7 +74,7 @@ def test_misaligned_and_mutated_inputs_run_on_aligned_copies(no_triton_compiler)
         return (x.exp() + acc,)
 
     x, acc = torch.randn(37, 29, device="cuda"), torch.randn(37, 29, device="cuda")
-    run = load(compiler.compile(from_fx(make_fx(fn)(x.clone(), acc.clone()), [x, acc]), _target()))
+    run = load(compiler.compile(from_fx(make_fx(fn)(x.clone(), acc.clone()), [x, acc]), cuda_target()))
     storage_x, storage_acc = torch.randn(37 * 29 + 1, device="cuda"), torch.randn(37 * 29 + 3, device="cuda")
     odd_x, odd_acc = storage_x[1:].view(37, 29), storage_acc[3:].view(37, 29)  # 4 and 12 bytes past alignment
     odd_x.copy_(x)
@@ -109,7 +105,7 @@ def test_dropout_drawn_in_cubins_and_embedding_gradients_by_atomic_adds(signed, 
         grad_weight = torch.ops.aten.embedding_dense_backward(out, indices, rows, -1, False)
         return out, mask, grad_weight
 
-    artifact = Artifact.from_bytes(signed(compiler.compile(from_fx(make_fx(fn)(x, indices), [x, indices]), _target())))
+    artifact = Artifact.from_bytes(signed(compiler.compile(from_fx(make_fx(fn)(x, indices), [x, indices]), cuda_target())))
     targets = [s["target"] for s in artifact.plan["steps"] if s["op"] == "extern"]
     assert targets == ["aten.randint.low", "aten.index_add_.default"], targets
     out, mask, grad_weight = load(artifact)(x, indices)
@@ -141,7 +137,7 @@ def test_a_depthwise_convolution_and_its_backward_in_bf16_match_eager_through_ch
                                                     [0, 0], 48, [True, True, False])
         return activated, grads[0], grads[1]
 
-    run = load(compiler.compile(from_fx(make_fx(fn)(x, w, grad), [x, w, grad]), _target()))
+    run = load(compiler.compile(from_fx(make_fx(fn)(x, w, grad), [x, w, grad]), cuda_target()))
     want = fn(x.double(), w.double(), grad.double())
     eager = fn(x, w, grad)
     for got, reference, own in zip(run(x, w, grad), want, eager):

@@ -19,16 +19,12 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
 from client.backend import Backend, BackendSettings
+from client.cubin import cuda_target
 from client.cudagraphs import GraphedRunner
 from client.runtime import load
 from compiler.fx_import import from_fx
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _target() -> str:
-    major, minor = torch.cuda.get_device_capability()
-    return f"cuda:sm_{major}{minor}"
 
 
 class LocalBackend(Backend):
@@ -49,7 +45,7 @@ class LocalBackend(Backend):
 def graphed(fn, example, signed, mutated=frozenset()):
     """`fn` traced on `example`, compiled, loaded and wrapped for CUDA-graph mode; and its stats."""
     gm = make_fx(fn)(*example)
-    runner = load(signed(compiler.compile(from_fx(gm, list(example)), _target())))
+    runner = load(signed(compiler.compile(from_fx(gm, list(example)), cuda_target())))
     stats, reasons = Counter(), []
     return GraphedRunner(runner, set(mutated), reasons.append, _counter(stats)), stats, reasons
 
@@ -121,7 +117,7 @@ def test_graphs_sharing_a_pool_never_overwrite_each_others_kept_outputs(signed):
         return ((y * 5).sin(),)
 
     def load_graph(fn, example):
-        runner = load(signed(compiler.compile(from_fx(make_fx(fn)(example), [example]), _target())))
+        runner = load(signed(compiler.compile(from_fx(make_fx(fn)(example), [example]), cuda_target())))
         return GraphedRunner(runner, set(), [].append, _counter(stats), group)
 
     a = load_graph(first, torch.randn(512, 256, device="cuda"))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from tests.compare import rmse
 from zoo import step_loss
 
 MULTIPLIER = 2.0
@@ -40,10 +41,6 @@ def step_results(model: nn.Module, name: str, batch: dict, runner: nn.Module | N
     values.update({f"grad {n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
     values.update({f"buffer {n}": b.detach().clone() for n, b in model.named_buffers()})
     return StepResults(values)
-
-
-def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.double() - b.double()).pow(2).mean().sqrt().item() if a.numel() else 0.0
 
 
 def accuracy_failures(reference: StepResults, eager: StepResults, compiled: StepResults) -> list[str]:
