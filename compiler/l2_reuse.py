@@ -11,8 +11,9 @@ H100, 2026-11-27, bench/l2_order_probe.py (a column-sum pass, then a pointwise p
 bf16 input): reversing the second pass gained 7 % at 24 MiB, 4 % at 49 MiB, 2 % at 64 MiB and
 about 1 % at 100-200 MiB. L2 holds less of the tail than its 50 MB: the second pass's own stores
 take room too. On the 43 bench cases the rule changes (bench/switch_ab.py): geomean 1.9 % faster,
-21 cases 2-12 % (ResNet's BatchNorm backward over 32x64x56x56: 32.6 -> 28.6 us), 3 cases 1-2 %
-slower (docs/PERF.md).
+21 cases 2-12 % (ResNet's BatchNorm backward over 32x64x56x56: 32.6 -> 28.6 us); EfficientNet's
+BatchNorm + SiLU forward 1.6 % slower in both layouts, and one case 6 % slower where benchmark-driven
+fusion decided differently in the two compiles (docs/PERF.md).
 
 For the same reason, a looped reduction does not stream out of L2 (evict_first) what a later kernel
 reads again (`KernelGroup.reread_later`): in the probe, a first pass with evict_first loads left
