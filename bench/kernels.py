@@ -181,14 +181,15 @@ def plan_bytes(plan: dict) -> int:
     statistics and again to normalize it), and so does one that a kernel writes and the next reads.
     A window read (a pool's 3 x 3) reaches further than its iterations, so `moved_by_plan` takes at
     least the case's own bytes."""
+    from compiler.graph import ITEMSIZES
+    from compiler.ir import Layout
+
     spans: dict[str, tuple[int, int]] = {}  # buffer -> (bytes its storage spans, bytes per element)
     for spec in plan["inputs"] + plan.get("constants", []):
-        elements = 1 + spec["offset"] + sum((size - 1) * stride for size, stride in zip(spec["size"], spec["stride"]))
-        itemsize = _itemsize(spec["dtype"])
-        spans[spec["buffer"]] = (elements * itemsize if all(spec["size"]) else 0, itemsize)
+        layout = Layout(tuple(spec["size"]), tuple(spec["stride"]), spec["offset"], spec["dtype"])
+        spans[spec["buffer"]] = (layout.storage_bytes(), ITEMSIZES[spec["dtype"]])
     for name, spec in plan["buffers"].items():
-        itemsize = _itemsize(spec["dtype"])
-        spans[name] = (spec["numel"] * itemsize, itemsize)
+        spans[name] = (spec["numel"] * ITEMSIZES[spec["dtype"]], ITEMSIZES[spec["dtype"]])
     return sum(min(spans[arg][0], step["xnumel"] * step["rnumel"] * spans[arg][1])
                for step in plan["steps"] if step["op"] == "kernel" for arg in set(step["args"]))
 
@@ -196,10 +197,6 @@ def plan_bytes(plan: dict) -> int:
 def moved_by_plan(row: dict) -> int:
     """What a measured case's plan moves: its plan's bytes, and at least its own."""
     return max(row["bytes"], row.get("plan_bytes", 0))
-
-
-def _itemsize(dtype: str) -> int:
-    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
 
 
 def tensor_bytes(tensors) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import sympy
 
+from compiler.graph import ITEMSIZES
 from compiler.indexing import Expr
 
 Body = Callable[..., Any]  # body(ops, index: list[Expr], rindex: list[Expr]) -> value (or tuple of values)
@@ -59,6 +60,10 @@ class Layout:
         if self.numel == 0:
             return 0
         return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+
+    def storage_bytes(self) -> int:
+        """Bytes the storage must hold for this view to be in bounds."""
+        return self.storage_numel() * ITEMSIZES[self.dtype]
 
     def index(self, index: Sequence[Expr]) -> Expr:
         """The storage offset of element `index`."""

@@ -28,7 +28,6 @@ back too.
 from __future__ import annotations
 
 from compiler.dependencies import ReadWrites
-from compiler.graph import ITEMSIZES
 from compiler.ir import Program
 
 REVERSE_REREADS = True
@@ -56,7 +55,7 @@ def plan_l2_reuse(steps: list, read_writes: dict[str, ReadWrites], program: Prog
             walked = {buffer: last_walk[buffer] for buffer in reads if buffer in last_walk}
             rereads = {True: 0, False: 0}
             for buffer, (_, walked_forward) in walked.items():
-                rereads[walked_forward] += _bytes(program, buffer)
+                rereads[walked_forward] += program.buffers[buffer].layout.storage_bytes()
             if walked and max(rereads.values()) >= REREAD_MIN_BYTES:
                 forward = rereads[False] > rereads[True]  # start where most of it was left
                 step.reverse_programs = not forward
@@ -65,8 +64,3 @@ def plan_l2_reuse(steps: list, read_writes: dict[str, ReadWrites], program: Prog
                         walker.reread_later = walker.reread_later | {buffer}
         for buffer in (reads | writes) - getattr(step, "internal", set()):
             last_walk[buffer] = (step, forward)
-
-
-def _bytes(program: Program, buffer: str) -> int:
-    layout = program.buffers[buffer].layout
-    return layout.storage_numel() * ITEMSIZES[layout.dtype]

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from compiler.dependencies import ReadWrites
-from compiler.graph import ITEMSIZES
 from compiler.ir import ExternNode, Program
 
 # At most MAX_MOVES x 2 x CANDIDATES_PER_PEAK simulations, each linear in the steps: bounded for
@@ -76,7 +75,7 @@ def reorder_for_peak_memory(steps: list, predecessors: dict[str, set[str]], read
 def _buffer_bytes(program: Program, released: frozenset[str]) -> dict[str, int]:
     """Bytes of each buffer the model counts: what the plan allocates or an extern call returns,
     and the released inputs."""
-    return {name: buffer.layout.storage_numel() * ITEMSIZES[buffer.dtype]
+    return {name: buffer.layout.storage_bytes()
             for name, buffer in program.buffers.items()
             if buffer.kind in ("computed", "extern", "uninitialized") or name in released}
 
