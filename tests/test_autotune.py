@@ -373,6 +373,64 @@ def test_a_candidate_replaces_the_heuristic_only_when_clearly_faster(speedup, re
     assert kernel.config == (candidates[1] if replaces else candidates[0])
 
 
+def test_close_candidates_are_timed_again_in_turn_and_their_medians_decide():
+    """A candidate that one timing puts 2.5 % ahead but that is slower when timed again loses; one
+    clearly slower is not timed again."""
+    from compiler.autotune import CLOSE_CALL, RETIME_ROUNDS
+
+    kernel, dtypes, sizes = softmax_kernel()
+    candidates = candidate_configs(kernel)
+    lucky, steady, slow = candidates[1], candidates[2], candidates[3]
+    calls: dict[int, int] = {}
+
+    def timer(trial, _):
+        j = candidates.index(trial.config)
+        calls[j] = calls.get(j, 0) + 1
+        if trial.config == lucky:
+            return 0.950 if calls[j] == 1 else 1.0  # fast once, by luck
+        if trial.config == steady:
+            return 0.974
+        return 2.0 if trial.config == slow else 1.0
+
+    autotune_kernels([kernel], dtypes, sizes, TARGET, CompileOptions(), MemoryTuningCache(), timer)
+    assert 0.974 <= 0.950 * (1 + CLOSE_CALL)  # within the close call of the lucky first timing
+    assert kernel.config == steady and kernel.tuning["ms"][1] == 1.0
+    assert calls[1] == calls[2] == 1 + RETIME_ROUNDS
+    assert calls[3] == 1 and calls[0] == 1  # 2x and 5 % slower than the best: timed once
+
+
+def test_a_close_fusion_call_is_timed_again_and_the_medians_decide():
+    """The fused kernel times faster once and slower after: its medians refuse the fusion."""
+    import torch
+
+    from compiler.autotune import RETIME_ROUNDS
+    from compiler.benchmark_fusion import FusionBenchmarker
+    from compiler.fx_import import from_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    inputs = [torch.randn(8, 300)]
+    program = lower(from_fx(make_fx(lambda a: (a * 2, a.sum(-1)))(*inputs), inputs))
+    fused_timings = iter([0.0245, 0.0300, 0.0300])  # a lucky first timing (1.8 % ahead), then its real time
+
+    def timer(kernel, _sizes):
+        return next(fused_timings) if len(kernel.nodes) > 1 else 0.0110
+
+    scheduled = schedule(program, CompileOptions(), FusionBenchmarker(TARGET, CompileOptions(), timer))
+    decision = scheduled.fusion_log["benchmarked"][0]
+    assert decision["fused"] is False and decision["fused_ms"] == 0.0300 and RETIME_ROUNDS == 2
+    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 2
+
+
+def test_a_short_persistent_row_is_tried_on_one_warp_with_as_many_rows_as_fill_its_threads():
+    """Inductor's LayerNorm over 192 (Swin): 4 rows of 256 lanes on one warp, 32 elements a thread."""
+    import torch
+
+    kernel = _first_kernel(lambda a: torch.nn.functional.layer_norm(a, (192,)), torch.randn(25088, 192))
+    assert kernel.config["persistent"] and kernel.config["RBLOCK"] == 256
+    shapes = {(c["XBLOCK"], c["num_warps"]) for c in candidate_configs(kernel)}
+    assert {(4, 1), (8, 2), (1, 1), (1, 2)} <= shapes
+
+
 def test_timing_gives_index_buffers_random_values_below_the_size_they_index():
     import torch
     import torch.nn.functional as F

@@ -43,9 +43,13 @@ def test_negative_positions_compare_correctly():
     compile_and_check(lambda x: torch.where(torch.arange(29) - 7 >= -3, x, 0.0), x)
 
 
-def test_small_integers_widened_to_int64_compute_in_int32():
-    """A max-pool's saved int8 window offsets decoded to flat int64 positions, negative offsets
-    included (Python's floor division and remainder signs): no int64 division is left."""
+def test_small_integers_widened_to_int64_compute_in_int32(monkeypatch):
+    """With NARROW_WIDENED on, a max-pool's saved int8 window offsets decoded to flat int64
+    positions, negative offsets included (Python's floor division and remainder signs): no int64
+    division is left."""
+    import compiler.codegen.int_narrowing as int_narrowing
+
+    monkeypatch.setattr(int_narrowing, "NARROW_WIDENED", True)
     offsets = torch.randint(-128, 128, (5, 7, 9), dtype=torch.int8)
 
     def decode(offsets):
@@ -63,7 +67,7 @@ def _decode(offsets):
 
 
 def test_the_decode_is_correct_with_widened_values_left_in_int64(monkeypatch):
-    """NARROW_WIDENED off (Inductor's form, for the A/B): the same results in int64 arithmetic."""
+    """NARROW_WIDENED off (shipped, Inductor's form): the same results in int64 arithmetic."""
     import compiler.codegen.int_narrowing as int_narrowing
 
     monkeypatch.setattr(int_narrowing, "NARROW_WIDENED", False)
@@ -98,5 +102,5 @@ def test_an_int8_decode_in_int64_converts_its_int8_input_between_layouts(tmp_pat
         compiled, _, _ = compile_kernel(entry | {"arch": 90})
         return re.findall(r"convert_layout %\S+ : tensor<\d+x(\w+),", compiled.asm["ttgir"])
 
-    assert converted_types(narrow=False) == ["i8"]
-    assert converted_types(narrow=True) == ["i32"]  # the shipped form, 4 % slower than Inductor's
+    assert converted_types(narrow=False) == ["i8"]  # the shipped form, 2 % faster on an H100
+    assert converted_types(narrow=True) == ["i32"]

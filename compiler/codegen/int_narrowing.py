@@ -27,13 +27,13 @@ from compiler.indexing import Expr, upper_bound
 # Half of int32's range: row windows and masked lanes compute indices a little outside the
 # kernel's ranges (rindex from -15), which the bound does not see.
 NARROW_LIMIT = 1 << 30
-# A narrower integer cast to int64 keeps an int32 twin. Not yet timed against the other way: ResNet's
-# int8 pool-offset decode is 4 % slower than Inductor's kernel (H100, 2026-11-27, 21.05 against
-# 20.19 us). The decode loads int8 and stores int64, and the two want different register layouts.
-# Triton moves the layout conversion up to the last widening before the store, so here it converts
-# the int32 results through shared memory. Inductor's kernel computes in int64 and converts the
-# int8 input (the TTGIR for sm_90 shows both; so does this kernel with the switch off).
-NARROW_WIDENED = True
+# On, a narrower integer cast to int64 keeps an int32 twin. Off (shipped), it stays int64, as in
+# Inductor's kernels. The int8 pool-offset decode of ResNet loads int8 and stores int64, and the two
+# want different register layouts. Triton moves the layout conversion up to the last widening before
+# the store: on, it converts the int32 results through shared memory; off, the int8 input (the TTGIR
+# for sm_90 shows both). Off was 2 % faster in both layouts (H100, 2026-11-27, bench/switch_ab.py:
+# 25.12 -> 24.61 us NCHW, 24.77 -> 24.38 channels-last); no other bench case changes.
+NARROW_WIDENED = False
 _NARROW_INT_DTYPES = ("int32", "int16", "int8", "uint8")
 _DTYPE_BOUNDS = {"int8": 128, "uint8": 255, "int16": 1 << 15, "int32": 1 << 31}  # of |value|
 _ARITHMETIC: dict[str, tuple[str, Callable[[int, int], int]]] = {
