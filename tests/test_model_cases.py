@@ -332,6 +332,23 @@ def test_the_held_out_set_is_one_case_per_family_none_of_them_in_the_main_set():
     assert one_per_family(held_out, 1 << 20) == held_out
 
 
+def test_the_second_held_out_sets_hold_only_the_second_group_one_case_per_family():
+    """bench/held_out_2 (Gemma, Phi) and bench/held_out_2_channels_last (MobileNetV3, DenseNet, as the
+    backend compiles them on a GPU): models added after the first held-out group had been worked on."""
+    from bench.model_cases import family_key, one_per_family
+    from zoo import HELD_OUT_2
+
+    for folder, sources in (("held_out_2", {"gemma", "phi"}), ("held_out_2_channels_last", {"mobilenetv3", "densenet"})):
+        cases = load_cases(CASES_DIR.parent / folder)
+        assert len(cases) >= 40 and {case.source for case in cases} == sources and sources <= set(HELD_OUT_2)
+        assert all(NAME.match(case.name) for case in cases)
+        assert not {case.key for case in cases} & {case.key for case in load_cases(CASES_DIR)}
+        assert len({family_key(case) for case in cases}) == len(cases)
+        assert one_per_family(cases, 1 << 20) == cases
+        for case in cases:
+            assert case.moved_bytes == moved_bytes(case.graph, value_layouts(case.graph)), case.name
+
+
 def test_the_channels_last_set_holds_the_cnns_as_the_backend_compiles_them_on_a_gpu():
     """bench/channels_last: ResNet's and the CNN block's cases captured with convolutions rewritten
     channels-last (--channels-last auto on the GPU), none of them in bench/cases; every

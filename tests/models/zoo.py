@@ -194,6 +194,49 @@ def _swin(size: str) -> nn.Module:
     return SwinTransformer(num_classes=CLASSES[size], depths=depths, drop_path_rate=0.1, **dims)
 
 
+def _gemma(size: str) -> nn.Module:
+    """RMSNorm scaled by 1 + weight, embeddings scaled by sqrt(hidden), tanh-GELU-gated MLP, one
+    key/value head (multi-query), a 256K vocabulary at bench size."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=4096, num_attention_heads=8)
+    dims["head_dim"] = 8 if size == "tiny" else 128
+    return GemmaForCausalLM(GemmaConfig(vocab_size=HELD_OUT_2["gemma"].vocab[size], num_hidden_layers=2,
+                                        num_key_value_heads=1, hidden_activation="gelu_pytorch_tanh",
+                                        bos_token_id=0, eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _phi(size: str) -> nn.Module:
+    """Phi-1/2: rotary on half of each head, attention and MLP in parallel off one LayerNorm,
+    tanh-GELU (gelu_new), dropout on embeddings, residuals and attention."""
+    from transformers import PhiConfig, PhiForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=4096, num_attention_heads=16)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    return PhiForCausalLM(PhiConfig(vocab_size=HELD_OUT_2["phi"].vocab[size], num_hidden_layers=2, resid_pdrop=0.1,
+                                    embd_pdrop=0.1, attention_dropout=0.1, rope_parameters=rope, bos_token_id=0,
+                                    eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _mobilenetv3(size: str) -> nn.Module:
+    """Depthwise-separable inverted residuals, hard-swish, squeeze-and-excitation with hard-sigmoid
+    gates, BatchNorm in train mode, dropout."""
+    import timm
+
+    variant = "mobilenetv3_small_050" if size == "tiny" else "mobilenetv3_large_100"
+    return timm.create_model(variant, num_classes=CLASSES[size], drop_rate=0.2)
+
+
+def _densenet(size: str) -> nn.Module:
+    """Dense blocks: every layer's input is the concatenation of all earlier outputs, each through
+    BatchNorm + ReLU + convolution; average-pooled transitions."""
+    from timm.models.densenet import DenseNet
+
+    dims = dict(growth_rate=8, block_config=(2, 2), bn_size=2) if size == "tiny" else \
+        dict(growth_rate=32, block_config=(6, 12, 24, 16), bn_size=4)  # DenseNet-121
+    return DenseNet(num_classes=CLASSES[size], drop_rate=0.1, **dims)
+
+
 CLASSES = {"tiny": 10, "bench": 1000}
 ZOO: dict[str, Spec] = {  # bench vocabularies are the real models'
     "gpt2": Spec(_gpt2, "causal_lm", {"tiny": (2, 8), "bench": (8, 1024)}, {"tiny": 64, "bench": 50257}),
@@ -214,6 +257,17 @@ HELD_OUT: dict[str, Spec] = {  # not the zoo's: see the section above; real voca
     "efficientnet": Spec(_efficientnet, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
     "swin": Spec(_swin, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
 }
+
+
+# A second group of held-out models (2026-11-27), added after the first group's kernels had been
+# worked on: new families, new ops (hard-swish, dense concatenation, scaled RMSNorm, partial rotary).
+HELD_OUT_2: dict[str, Spec] = {
+    "gemma": Spec(_gemma, "causal_lm", {"tiny": (2, 8), "bench": (2, 1024)}, {"tiny": 64, "bench": 256000}),
+    "phi": Spec(_phi, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 51200}),
+    "mobilenetv3": Spec(_mobilenetv3, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
+    "densenet": Spec(_densenet, "image", {"tiny": (2, 3, 32, 32), "bench": (32, 3, 224, 224)}, CLASSES),
+}
+HELD_OUT.update(HELD_OUT_2)
 
 
 def spec(name: str) -> Spec:

@@ -1,0 +1,86 @@
+"""Whether autotuning's timing of a kernel alone ranks its candidate configs as a CUDA-graph replay
+of the whole case does, on a GPU: for each named single-kernel bench case, every candidate config
+autotuning tries is compiled on its own (the candidate list forced to that one config), then all
+of them and Inductor are timed in turn for `--rounds` rounds, as bench/kernels.py times a case
+(replay on a cold L2). Each row: the config, its time alone (autotune.time_kernel, as tuning saw
+it) and its replay medians. One JSON row per case, appended to `out`.
+
+    python3 bench/config_replay_probe.py out.jsonl bench/held_out:swin_fw_native_layer_norm_constant_pad_nd_32x28x28x192
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import compiler  # noqa: E402
+import compiler.autotune as autotune  # noqa: E402
+from bench.kernels import graph_time_ms  # noqa: E402
+from bench.model_cases import case_inputs, load_cases  # noqa: E402
+from bench.where_it_loses import parse_spec  # noqa: E402
+from client.cubin import cuda_target  # noqa: E402
+from client.runtime import load  # noqa: E402
+from compiler.fx_import import to_fx  # noqa: E402
+
+OPTIONS = {"autotune": True, "benchmark_fusion": False}
+
+
+def compile_with(graph, config: dict | None):
+    """The case compiled with its kernel's candidates forced to [config] (None: autotuning's own)."""
+    shipped = autotune.candidate_configs
+    if config is not None:
+        autotune.candidate_configs = lambda kernel, can_regenerate=False: [config]
+    try:
+        return compiler.compile(graph, cuda_target(), OPTIONS)
+    finally:
+        autotune.candidate_configs = shipped
+
+
+def probe(folder: Path, name: str, rounds: int) -> list[dict]:
+    rows = []
+    for case in load_cases(folder, wanted=[name]):
+        torch._dynamo.reset()
+        inputs = case_inputs(case, seed=0, device="cuda")
+        tuned = compile_with(case.graph, None)
+        (kernel,) = tuned.manifest["kernels"]
+        candidates = kernel["autotune"]["candidates"]
+        runs = {json.dumps(config, sort_keys=True): load(compile_with(case.graph, config)) for config in candidates}
+        runs["inductor"] = torch.compile(to_fx(case.graph, "cuda"))
+        runs["inductor"](*inputs)
+        replay_us: dict[str, list[float]] = {key: [] for key in runs}
+        for _ in range(rounds):
+            for key, run in runs.items():
+                replay_us[key].append(round(graph_time_ms(run, inputs) * 1000, 2))
+        configs = [{"config": config, "alone_us": round(kernel["autotune"]["ms"][j] * 1000, 2),
+                    "replay_us": replay_us[json.dumps(config, sort_keys=True)]} for j, config in enumerate(candidates)]
+        row = {"case": case.name, "chosen": kernel["config"], "configs": configs,
+               "inductor_replay_us": replay_us["inductor"]}
+        rows.append(row)
+        print(case.name, "inductor", statistics.median(replay_us["inductor"]), flush=True)
+        for entry in configs:
+            print(f"  {entry['config']}  alone {entry['alone_us']}  replay {statistics.median(entry['replay_us'])}",
+                  flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="JSON lines, appended")
+    parser.add_argument("cases", nargs="+", type=parse_spec, help="FOLDER:NAME-SUBSTRING")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    for folder, name in args.cases:
+        for row in probe(folder, name, args.rounds):
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
