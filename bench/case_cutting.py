@@ -7,7 +7,9 @@ makes, holding the wire nodes the group was lowered from.
 How a group becomes a standalone wire graph: the graph is lowered and scheduled (target-free
 stages, autotuning and benchmark-driven fusion off); each kernel group's IR nodes name the wire
 nodes they came from (`origins`). Those nodes make the case, plus any view between two of them
-(views lower to index remaps, so no IR node names them). Every value the case reads from outside
+(views lower to index remaps, so no IR node names them) and the views through which they read an
+outside value, back to that value (slices of one buffer then read one input, as in the kernel the
+scheduler made; such views are never case outputs). Every value the case reads from outside
 becomes a graph input with the producing value's shape, strides and dtype (inferred on meta
 tensors); every value used outside the case, or a graph output, becomes a case output. A copy_ into
 a graph input (an optimizer's in-place update, BatchNorm's running statistics written in the graph)
@@ -174,9 +176,33 @@ def with_views_between(graph: Graph, members: set[str], lowered: set[str]) -> se
     return kept
 
 
-def cut(graph: Graph, included: set[str], layouts: dict[ValueKey, TensorSpec]) -> Graph | None:
+def with_views_read(graph: Graph, included: set[str], lowered: set[str]) -> tuple[set[str], set[str]]:
+    """(`included` plus the views through which it reads outside values, back to the value they
+    view; those views). Slices of one buffer then read one input, as the kernel does: DenseNet's
+    backward adds each read a channel slice of one concatenated gradient, and with a slice per
+    input they share nothing and make a kernel each."""
+    by_name = {node.name: node for node in graph.nodes}
+    views: set[str] = set()
+    pending = [r.ref for name in included for r in node_refs(by_name[name])]
+    while pending:
+        node = by_name.get(pending.pop())
+        if node is None or node.name in included or node.name in views or node.name in lowered or _op(node) not in VIEWS:
+            continue
+        views.add(node.name)
+        pending.extend(r.ref for r in node_refs(node))
+    return included | views, views
+
+
+def _op(node: Node) -> str:
+    return node.target.split(".")[1]
+
+
+def cut(graph: Graph, included: set[str], layouts: dict[ValueKey, TensorSpec],
+        views_read: set[str] = frozenset()) -> Graph | None:
     """The wire sub-graph of the `included` nodes: outside values read become inputs (with their
-    layouts), values used outside or graph outputs become outputs. None when nothing is used outside."""
+    layouts), values used outside or graph outputs become outputs, except `views_read` (views the
+    case reads through: an output aliasing an input would be no kernel's work). None when nothing
+    is used outside."""
     constants = {spec.name: spec for spec in graph.constants}
     inputs: dict[ValueKey, TensorSpec] = {}
     used_constants: dict[str, Any] = {}
@@ -198,7 +224,7 @@ def cut(graph: Graph, included: set[str], layouts: dict[ValueKey, TensorSpec]) -
     nodes = [Node(name=n.name, target=n.target, args=[rename(a) for a in n.args],
                   kwargs={k: rename(v) for k, v in n.kwargs.items()})
              for n in graph.nodes if n.name in included]
-    outputs = _outputs(graph, included)
+    outputs = [ref for ref in _outputs(graph, included) if ref.ref not in views_read]
     if not outputs:
         return None
     return Graph(version=1, inputs=list(inputs.values()), nodes=nodes, outputs=outputs,
@@ -246,7 +272,8 @@ def group_cases(graph: Graph, source: str, graph_name: str, skipped: Counter | N
         if not members:
             skipped["only part of an extern call (a padded matmul operand) or an output copy"] += 1
         else:
-            case_graph = cut(graph, with_views_between(graph, members, lowered), layouts)
+            included, views_read = with_views_read(graph, with_views_between(graph, members, lowered), lowered)
+            case_graph = cut(graph, included, layouts, views_read)
             if case_graph is None:
                 skipped["nothing it writes is read"] += 1
             elif not case_graph.inputs:
@@ -276,6 +303,9 @@ def make_case(graph: Graph, source: str, graph_name: str, group: str) -> Case:
     return case
 
 
+# Ops that make no kernel, only a new way to index their input (single results only).
+VIEWS = frozenset({"view", "_unsafe_view", "reshape", "slice", "select", "narrow", "permute", "transpose", "t",
+                   "expand", "unsqueeze", "squeeze", "as_strided", "alias", "diagonal", "unfold"})
 GATHERS = frozenset({"embedding", "index_select", "gather", "index", "_unsafe_index"})  # argument 0 is the table
 
 
@@ -283,15 +313,41 @@ def moved_bytes(graph: Graph, layouts: dict[ValueKey, TensorSpec]) -> int:
     """The fewest bytes the graph must move: each input and constant read once, each output
     written once. An input is read once however often it is used: the elements its strides reach,
     or fewer (a broadcast input is read once, not once per use); a table read only through
-    gathers (an embedding's weight) at most once per element gathered."""
+    gathers (an embedding's weight) at most once per element gathered; a value read only through
+    views at most the elements its views reach."""
     gathered = _gathered_bytes(graph, layouts)
+    viewed = _viewed_bytes(graph, layouts)
 
     def read(spec: TensorSpec) -> int:
-        whole = min(math.prod(spec.shape), storage_numel(spec.shape, spec.strides())) * ITEMSIZES[spec.dtype]
-        return min(whole, gathered.get(spec.name, whole))
+        whole = _reach(spec)
+        return min(whole, gathered.get(spec.name, whole), viewed.get(spec.name, whole))
 
     written = sum(_nbytes(layouts[(r.ref, r.index)]) for r in dict.fromkeys(graph.outputs))
     return sum(read(s) for s in [*graph.inputs, *graph.constants]) + written
+
+
+def _reach(spec: TensorSpec) -> int:
+    """The bytes a tensor's strides reach: its elements, or fewer where it is broadcast."""
+    return min(math.prod(spec.shape), storage_numel(spec.shape, spec.strides())) * ITEMSIZES[spec.dtype]
+
+
+def _viewed_bytes(graph: Graph, layouts: dict[ValueKey, TensorSpec]) -> dict[str, int]:
+    """For each value read only through views (the slices of a concatenated buffer that a case
+    reads): the bytes those views reach, at most the value's own."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in dict.fromkeys(r.ref for r in node_refs(node)):
+            readers.setdefault(name, []).append(node)
+    graph_outputs = {r.ref for r in graph.outputs}
+
+    def reached(name: str) -> int:
+        whole = _reach(layouts[(name, None)])
+        users = readers.get(name, [])
+        if name in graph_outputs or not users or any(_op(user) not in VIEWS for user in users):
+            return whole
+        return min(whole, sum(reached(user.name) for user in users))
+
+    return {spec.name: reached(spec.name) for spec in graph.inputs if spec.name in readers}
 
 
 def _nbytes(spec: TensorSpec) -> int:

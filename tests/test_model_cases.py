@@ -288,6 +288,33 @@ def test_cut_keeps_views_between_members_and_exposes_what_others_read():
     assert [s.name for s in tail.inputs] == ["m"] and tail.inputs[0].shape == [32]
 
 
+def test_slices_of_one_buffer_read_one_input_and_stay_one_kernel():
+    """DenseNet's backward adds: each reads a channel slice of one concatenated gradient, so the
+    scheduler fuses them. Their case reads that gradient as one input (the slices inside the case,
+    never outputs), counts only the channels the slices reach, and compiles to one kernel again."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from bench.case_cutting import group_cases
+    from compiler.codegen import generate
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    def grads(g, a, b, c):  # g: 4 x 20 channels; the adds read channels 0-15
+        return a + g[:, 0:5], b + g[:, 5:10].relu(), c * g[:, 10:15] + g[:, 15:16]
+
+    g = torch.randn(2, 20, 3, 3)
+    others = [torch.randn(2, 5, 3, 3) for _ in range(3)]
+    graph = from_fx(make_fx(grads)(g, *others), [g, *others])
+    (case,) = group_cases(graph, "densenet", "bw0")
+    assert len(case.graph.inputs) == 4 and case.graph.inputs[0].shape == [2, 20, 3, 3]
+    assert {n.target for n in case.graph.nodes} >= {"aten.slice.Tensor"}
+    assert not {r.ref for r in case.graph.outputs} & {n.name for n in case.graph.nodes if n.target == "aten.slice.Tensor"}
+    reached = 2 * 16 * 3 * 3 * 4  # channels 0-15 of g
+    assert case.moved_bytes == reached + 3 * 2 * 5 * 3 * 3 * 4 * 2  # the three others read, three results written
+    assert len(generate(schedule(lower(case.graph), compiler.CompileOptions()), "cpu").kernels) == 1
+    assert_same(run_eager(case.graph, [g, *others]), list(grads(g, *others)))
+
+
 def test_case_files_round_trip(case_set, tmp_path):
     gpt2 = [c for c in case_set.cases if c.source == "gpt2"]
     cnn = [c for c in case_set.cases if c.source == "cnn_norm"]
