@@ -128,8 +128,11 @@ class FusionBenchmarker:
         started = time.perf_counter()
         (recomputed_trials, recomputed_ms), (stored_trials, stored_ms) = self._trials(recomputed), self._trials(stored)
         if is_close_call(with_launches(recomputed_ms), with_launches(stored_ms)):
-            both = retimed(recomputed_trials + stored_trials, recomputed_ms + stored_ms, self.timer,
-                           benchmark_buffers(recomputed.program, recomputed.read_writes))
+            # the two programs differ (a stored result is a buffer only one of them has)
+            sizes_of = {id(trial): sizes for schedule, trials in ((recomputed, recomputed_trials), (stored, stored_trials))
+                        for sizes in [benchmark_buffers(schedule.program, schedule.read_writes)] for trial in trials}
+            both = retimed(recomputed_trials + stored_trials, recomputed_ms + stored_ms,
+                           lambda trial, _: self.timer(trial, sizes_of[id(trial)]), {})
             recomputed_ms, stored_ms = both[:len(recomputed_ms)], both[len(recomputed_ms):]
         self.spent_s += time.perf_counter() - started
         if prefer_recomputed:

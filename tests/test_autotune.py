@@ -155,7 +155,8 @@ def _bench_schedule(fn, inputs, fused_ms, parts_ms, options=CompileOptions(), sp
     program = lower(graph)
     most_nodes = [0]
 
-    def timer(kernel, _sizes):
+    def timer(kernel, sizes):
+        assert set(kernel.arguments) <= set(sizes), "timed without a size for each of its buffers"
         most_nodes[0] = max(most_nodes[0], len(kernel.nodes))
         return fused_ms if len(kernel.nodes) == most_nodes[0] and len(kernel.nodes) > 1 else parts_ms
 
@@ -261,7 +262,8 @@ def _recompute_schedule(recomputing_ms: float, storing_ms: float):
     program = lower(_trace(lambda a, i: torch.exp(a * 2)[i], x, idx))
     stored_buffer = "buf1"  # exp(x * 2): read only through the gather
 
-    def timer(kernel, _sizes):
+    def timer(kernel, sizes):
+        assert set(kernel.arguments) <= set(sizes), "timed without a size for each of its buffers"
         in_stored_schedule = f"ptr_{stored_buffer}" in kernel.source
         return storing_ms if in_stored_schedule else recomputing_ms
 
