@@ -10,7 +10,6 @@ it) and its replay medians. One JSON row per case, appended to `out`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -24,7 +23,7 @@ import compiler  # noqa: E402
 import compiler.autotune as autotune  # noqa: E402
 from bench.kernels import graph_time_ms  # noqa: E402
 from bench.model_cases import case_inputs, load_cases  # noqa: E402
-from bench.where_it_loses import parse_spec  # noqa: E402
+from bench.where_it_loses import run_probes  # noqa: E402
 from client.cubin import cuda_target  # noqa: E402
 from client.runtime import load  # noqa: E402
 from compiler.fx_import import to_fx  # noqa: E402
@@ -70,17 +69,5 @@ def probe(folder: Path, name: str, rounds: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="JSON lines, appended")
-    parser.add_argument("cases", nargs="+", type=parse_spec, help="FOLDER:NAME-SUBSTRING")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    for folder, name in args.cases:
-        for row in probe(folder, name, args.rounds):
-            with open(args.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    run_probes(__doc__.split("\n\n")[0], probe)

@@ -114,17 +114,19 @@ def probe(folder: Path, name: str, rounds: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_probes(description: str, probe_cases: Callable[[Path, str, int], list[dict]]) -> None:
+    """The command line of a probe over FOLDER:NAME specs: each case's rows appended to `out` as
+    JSON lines as they are measured."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("out", help="JSON lines, appended")
     parser.add_argument("cases", nargs="+", type=parse_spec, help="FOLDER:NAME-SUBSTRING")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     for folder, name in args.cases:
-        for row in probe(folder, name, args.rounds):
+        for row in probe_cases(folder, name, args.rounds):
             with open(args.out, "a") as f:
                 f.write(json.dumps(row, default=str) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    run_probes(__doc__.split("\n\n")[0], probe)
