@@ -4,8 +4,8 @@ worker, the API; started here unless --url is given).
 
     python bench/models.py [--models gpt2,llama] [--modes eager,inductor,fusewire] [--steps 20] [--json out.json]
 
-Models: the zoo's; its held-out ones (mistral, gpt_neox, bloom, opt, convnext, efficientnet, swin:
-never tuned on, not run unless named); and `block` (not run unless named): issue 13's GPT-2-style transformer block
+Models: the zoo's; its held-out ones (mistral, gpt_neox, bloom, opt, convnext, efficientnet, swin,
+and zoo.HELD_OUT_2's: never tuned on, not run unless named); and `block` (not run unless named): issue 13's GPT-2-style transformer block
 (tests/client/client_models.py `Block`: pre-norm, causal attention written out as matmul, mask and
 softmax, GELU MLP), 1024 wide, 16 heads, batch 8 x 1024 tokens, loss = mean of its output squared.
 

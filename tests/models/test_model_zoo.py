@@ -29,14 +29,15 @@ from zoo_step import compiled_step
 
 MODELS = list(ZOO)
 # never tuned on, never in bench/cases: Mistral, GPT-NeoX, BLOOM, OPT, ConvNeXt, EfficientNet, Swin,
-# and a second group added later (zoo.HELD_OUT_2): Gemma, Phi, MobileNetV3, DenseNet
+# and a second group added later (zoo.HELD_OUT_2): Gemma, Phi, MobileNetV3, DenseNet, Qwen2, GPT-J,
+# Falcon, DeBERTa-v2, LeViT, ConvMixer, PoolFormer, MLP-Mixer
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight
 PROJECTS_ONE_INPUT_SEVERAL_TIMES = ("llama", "bert", "t5")
 # convolutional models: on a GPU their half-precision convolutions run on channels-last tensors
 # (client/channels_last.py, "auto"); CI's CPU runs the same rewrite with channels_last="on"
-CONVOLUTIONAL = ("resnet", "efficientnet", "convnext", "mobilenetv3", "densenet")
+CONVOLUTIONAL = ("resnet", "efficientnet", "convnext", "mobilenetv3", "densenet", "convmixer", "poolformer")
 HERE = Path(__file__).parent
 
 
