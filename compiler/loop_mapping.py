@@ -26,12 +26,14 @@ import sympy
 
 from compiler.dependencies import MemoryDep, ReadWrites
 from compiler.indexing import (
-    RINDEX, XINDEX, Expr, ModularIndexing, affine_coefficients, bounds_key, index_symbol, simplify_index, unflatten,
+    RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, affine_coefficients, bounds_key, index_symbol, simplify_index,
+    unflatten,
 )
 from compiler.index_points import evaluate
 from compiler.ir import ComputeNode
 
 _EXHAUSTIVE_POINTS = 4096
+_EXHAUSTIVE_ONE_TO_ONE = 1 << 16
 _APPLIED_KEPT = 4096
 _SAMPLED_POINTS = 512
 
@@ -240,12 +242,46 @@ def _invert_cached(space: tuple[tuple[sympy.Symbol, int], ...], access: Expr, ke
         (bounds[RINDEX] if RINDEX in kernel_index.free_symbols else 1)
     if node_numel != kernel_points:
         return None
+    if not _one_to_one(kernel_index, bounds):
+        return None  # two kernel points would compute one element of the node, and some none
     offset = kernel_index - constant
     substitutions = {s: simplify_index(ModularIndexing(offset, coefficients[s], size), bounds) for s, size in space}
     # the solution must exist: 6*u + 1 == 6*xindex has none (another column of the same rows)
     if not same_index(simplify_index(access.xreplace(substitutions), bounds), kernel_index, bounds):
         return None
     return NodeMapping(substitutions)
+
+
+def _one_to_one(kernel_index: Expr, bounds: dict[sympy.Symbol, int]) -> bool:
+    """Whether no two kernel points give `kernel_index` the same value. A read may reach one element
+    from several points (a slice_backward's read, masked to every other row, drops the row's lowest
+    digit): inverted, such an access maps the node onto half its elements, twice each (Mamba's
+    backward scan). Every point is checked in small kernels; in large ones, sampled points against
+    the points one digit away, a digit being any divisor or modulus the index holds (what such an
+    index drops)."""
+    symbols = sorted(kernel_index.free_symbols, key=str)
+    if not symbols:
+        return True  # one point
+    if any(s not in bounds for s in symbols):
+        return False
+    total = math.prod(bounds[s] for s in symbols)
+    if total <= _EXHAUSTIVE_ONE_TO_ONE:
+        grid = np.indices([bounds[s] for s in symbols]).reshape(len(symbols), -1)
+        values = evaluate(kernel_index, dict(zip(symbols, grid)), bounds)
+        return values is None or len(np.unique(values)) == total
+    steps = sorted({1} | {int(a) for piece in kernel_index.atoms(FloorDiv, ModularIndexing)
+                          for a in piece.args[1:] if a.is_Integer and a > 0})
+    rng = np.random.default_rng(0)
+    for symbol in symbols:
+        for step in steps:
+            if step >= bounds[symbol]:
+                continue
+            columns = {s: rng.integers(0, bounds[s] - (step if s == symbol else 0), _SAMPLED_POINTS) for s in symbols}
+            moved = dict(columns) | {symbol: columns[symbol] + step}
+            here, there = evaluate(kernel_index, columns, bounds), evaluate(kernel_index, moved, bounds)
+            if here is not None and there is not None and bool(np.any(here == there)):
+                return False
+    return True
 
 
 def check_consistent(nodes: list[ComputeNode], group: GroupMapping, read_writes: dict[str, ReadWrites]) -> None:

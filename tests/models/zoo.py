@@ -331,6 +331,56 @@ def _regnety(size: str) -> nn.Module:
     return timm.create_model("regnety_002", num_classes=CLASSES[size])
 
 
+def _mamba(size: str) -> nn.Module:
+    """Selective state spaces: a causal depthwise convolution, a parallel scan over the sequence
+    (strided slices and their backward's scatters), softplus, SiLU gates, RMSNorm; no attention."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    dims = dict(hidden_size=32, state_size=8) if size == "tiny" else dict(hidden_size=1024, state_size=16)
+    return MambaForCausalLM(MambaConfig(vocab_size=HELD_OUT_2["mamba"].vocab[size], num_hidden_layers=2, expand=2,
+                                        conv_kernel=4, bos_token_id=0, eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _bart(size: str) -> nn.Module:
+    """Encoder-decoder with learned positions (offset by 2), post-LayerNorm, GELU, dropout."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    dims = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_attention_heads=4,
+                decoder_attention_heads=4, max_position_embeddings=64) if size == "tiny" else \
+        dict(d_model=768, encoder_ffn_dim=3072, decoder_ffn_dim=3072, encoder_attention_heads=12,
+             decoder_attention_heads=12, max_position_embeddings=1024)
+    return BartForConditionalGeneration(BartConfig(vocab_size=HELD_OUT_2["bart"].vocab[size], encoder_layers=1,
+                                                   decoder_layers=1, dropout=0.1, pad_token_id=0, bos_token_id=0,
+                                                   eos_token_id=0, decoder_start_token_id=0, **dims))
+
+
+def _mpt(size: str) -> nn.Module:
+    """ALiBi biases, LayerNorm without bias, no bias in any linear."""
+    from transformers import MptConfig, MptForCausalLM
+
+    dims = dict(d_model=32, n_heads=4, max_seq_len=64) if size == "tiny" else dict(d_model=1024, n_heads=16, max_seq_len=2048)
+    return MptForCausalLM(MptConfig(vocab_size=HELD_OUT_2["mpt"].vocab[size], n_layers=2, **dims))
+
+
+def _bigcode(size: str) -> nn.Module:
+    """StarCoder-style GPT-BigCode: multi-query attention from one fused q/k/v projection."""
+    from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM
+
+    dims = dict(n_embd=32, n_head=4, n_positions=64) if size == "tiny" else dict(n_embd=1024, n_head=16, n_positions=2048)
+    return GPTBigCodeForCausalLM(GPTBigCodeConfig(vocab_size=HELD_OUT_2["bigcode"].vocab[size], n_layer=2,
+                                                  multi_query=True, bos_token_id=0, eos_token_id=0, **dims))
+
+
+def _timm_vit(variant: str, tiny: dict[str, Any]) -> Callable[[str], nn.Module]:
+    """A timm model built from `variant`, its tiny size narrowed by `tiny`."""
+    def build(size: str) -> nn.Module:
+        import timm
+
+        return timm.create_model(variant, num_classes=CLASSES[size], **(tiny if size == "tiny" else {}))
+    return build
+
+
+_TINY_VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4)
 CLASSES = {"tiny": 10, "bench": 1000}
 ZOO: dict[str, Spec] = {  # bench vocabularies are the real models'
     "gpt2": Spec(_gpt2, "causal_lm", {"tiny": (2, 8), "bench": (8, 1024)}, {"tiny": 64, "bench": 50257}),
@@ -372,6 +422,21 @@ HELD_OUT_2: dict[str, Spec] = {
     "poolformer": Spec(_poolformer, "image", IMAGE, CLASSES),
     "mixer": Spec(_mixer, "image", IMAGE, CLASSES),
     "regnety": Spec(_regnety, "image", {"tiny": (2, 3, 64, 64), "bench": (32, 3, 224, 224)}, CLASSES),
+    "mamba": Spec(_mamba, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 50280}),
+    "bart": Spec(_bart, "seq2seq", {"tiny": (2, 8), "bench": (8, 512)}, {"tiny": 64, "bench": 50265}),
+    "mpt": Spec(_mpt, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 50432}),
+    "bigcode": Spec(_bigcode, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 49152}),
+    # relative position biases per layer (BEiT), class attention (CaiT), cross-covariance attention
+    # with L2-normalized tokens (XCiT), scaled cosine attention with log-spaced position MLPs (Swin-v2)
+    "beit": Spec(_timm_vit("beit_base_patch16_224", _TINY_VIT), "image", IMAGE, CLASSES),
+    "cait": Spec(_timm_vit("cait_xxs24_224", _TINY_VIT | {"depth_token_only": 1}), "image", IMAGE, CLASSES),
+    "xcit": Spec(_timm_vit("xcit_nano_12_p16_224", _TINY_VIT), "image", IMAGE, CLASSES),
+    "swinv2": Spec(_timm_vit("swinv2_cr_tiny_ns_224", dict(img_size=32, window_size=4, embed_dim=16, depths=(1, 1),
+                                                            num_heads=(1, 2))), "image", IMAGE, CLASSES),
+    # global response normalization (ConvNeXt-V2), unfolded patches through transformers (MobileViT)
+    "convnextv2": Spec(_timm_vit("convnextv2_atto", dict(drop_path_rate=0.1)), "image", IMAGE, CLASSES),
+    "mobilevit": Spec(_timm_vit("mobilevit_xxs", {}), "image", {"tiny": (2, 3, 64, 64), "bench": (32, 3, 256, 256)},
+                      CLASSES),
 }
 HELD_OUT.update(HELD_OUT_2)
 
