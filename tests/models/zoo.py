@@ -371,8 +371,8 @@ def _bigcode(size: str) -> nn.Module:
                                                   multi_query=True, bos_token_id=0, eos_token_id=0, **dims))
 
 
-def _timm_vit(variant: str, tiny: dict[str, Any]) -> Callable[[str], nn.Module]:
-    """A timm model built from `variant`, its tiny size narrowed by `tiny`."""
+def _timm_model(variant: str, tiny: dict[str, Any]) -> Callable[[str], nn.Module]:
+    """A builder of timm's `variant`, its tiny size changed by the keyword arguments `tiny`."""
     def build(size: str) -> nn.Module:
         import timm
 
@@ -428,14 +428,14 @@ HELD_OUT_2: dict[str, Spec] = {
     "bigcode": Spec(_bigcode, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 49152}),
     # relative position biases per layer (BEiT), class attention (CaiT), cross-covariance attention
     # with L2-normalized tokens (XCiT), scaled cosine attention with log-spaced position MLPs (Swin-v2)
-    "beit": Spec(_timm_vit("beit_base_patch16_224", _TINY_VIT), "image", IMAGE, CLASSES),
-    "cait": Spec(_timm_vit("cait_xxs24_224", _TINY_VIT | {"depth_token_only": 1}), "image", IMAGE, CLASSES),
-    "xcit": Spec(_timm_vit("xcit_nano_12_p16_224", _TINY_VIT), "image", IMAGE, CLASSES),
-    "swinv2": Spec(_timm_vit("swinv2_cr_tiny_ns_224", dict(img_size=32, window_size=4, embed_dim=16, depths=(1, 1),
+    "beit": Spec(_timm_model("beit_base_patch16_224", _TINY_VIT), "image", IMAGE, CLASSES),
+    "cait": Spec(_timm_model("cait_xxs24_224", _TINY_VIT | {"depth_token_only": 1}), "image", IMAGE, CLASSES),
+    "xcit": Spec(_timm_model("xcit_nano_12_p16_224", _TINY_VIT), "image", IMAGE, CLASSES),
+    "swinv2": Spec(_timm_model("swinv2_cr_tiny_ns_224", dict(img_size=32, window_size=4, embed_dim=16, depths=(1, 1),
                                                             num_heads=(1, 2))), "image", IMAGE, CLASSES),
     # global response normalization (ConvNeXt-V2), unfolded patches through transformers (MobileViT)
-    "convnextv2": Spec(_timm_vit("convnextv2_atto", dict(drop_path_rate=0.1)), "image", IMAGE, CLASSES),
-    "mobilevit": Spec(_timm_vit("mobilevit_xxs", {}), "image", {"tiny": (2, 3, 64, 64), "bench": (32, 3, 256, 256)},
+    "convnextv2": Spec(_timm_model("convnextv2_atto", dict(drop_path_rate=0.1)), "image", IMAGE, CLASSES),
+    "mobilevit": Spec(_timm_model("mobilevit_xxs", {}), "image", {"tiny": (2, 3, 64, 64), "bench": (32, 3, 256, 256)},
                       CLASSES),
 }
 HELD_OUT.update(HELD_OUT_2)
