@@ -304,7 +304,7 @@ def _decide(tuning: _Tuning, sizes: dict[str, BufferSpec], cache: TuningCache, t
         timings = [timer(trial, sizes) for trial in tuning.trials]
         contenders = [j for j, ms in enumerate(timings) if ms <= min(timings) * (1 + CLOSE_CALL)]
         if len(contenders) > 1:
-            steadier = retimed([tuning.trials[j] for j in contenders], [timings[j] for j in contenders], timer, sizes)
+            steadier = retimed([(tuning.trials[j], sizes) for j in contenders], [timings[j] for j in contenders], timer)
             for j, ms in zip(contenders, steadier):
                 timings[j] = ms
         chosen = min(range(len(timings)), key=lambda j: (timings[j], j))  # a tie keeps the earlier candidate
@@ -321,12 +321,12 @@ def is_close_call(first_ms: float, second_ms: float) -> bool:
     return abs(first_ms - second_ms) <= CLOSE_CALL * min(first_ms, second_ms)
 
 
-def retimed(trials: list[Any], first_ms: list[float], timer: Timer, sizes: dict[str, BufferSpec]) -> list[float]:
-    """Each trial's median over its first timing and RETIME_ROUNDS more, the trials timed in turn
-    so that a drift of the GPU's clocks reaches all of them alike."""
+def retimed(trials: list[tuple[Any, dict[str, BufferSpec]]], first_ms: list[float], timer: Timer) -> list[float]:
+    """Each (trial, the buffers it is timed on)'s median over its first timing and RETIME_ROUNDS
+    more, the trials timed in turn so that a drift of the GPU's clocks reaches all of them alike."""
     samples = [[ms] for ms in first_ms]
     for _ in range(RETIME_ROUNDS):
-        for trial, timings in zip(trials, samples):
+        for (trial, sizes), timings in zip(trials, samples):
             timings.append(timer(trial, sizes))
     return [statistics.median(timings) for timings in samples]
 

@@ -106,7 +106,7 @@ class FusionBenchmarker:
         kernels = [self._kernel(group, read_writes, program, dtypes) for group in (fused, first, second)]
         trials, times = self._best_trials(kernels, dtypes, sizes)
         if is_close_call(with_launches(times[:1]), with_launches(times[1:])):
-            times = retimed(trials, times, self.timer, sizes)
+            times = retimed([(trial, sizes) for trial in trials], times, self.timer)
         fused_ms, *parts_ms = times
         self.spent_s += time.perf_counter() - started
         keep = with_launches([fused_ms]) < with_launches(parts_ms)
@@ -128,11 +128,7 @@ class FusionBenchmarker:
         started = time.perf_counter()
         (recomputed_trials, recomputed_ms), (stored_trials, stored_ms) = self._trials(recomputed), self._trials(stored)
         if is_close_call(with_launches(recomputed_ms), with_launches(stored_ms)):
-            # the two programs differ (a stored result is a buffer only one of them has)
-            sizes_of = {id(trial): sizes for schedule, trials in ((recomputed, recomputed_trials), (stored, stored_trials))
-                        for sizes in [benchmark_buffers(schedule.program, schedule.read_writes)] for trial in trials}
-            both = retimed(recomputed_trials + stored_trials, recomputed_ms + stored_ms,
-                           lambda trial, _: self.timer(trial, sizes_of[id(trial)]), {})
+            both = retimed(recomputed_trials + stored_trials, recomputed_ms + stored_ms, self.timer)
             recomputed_ms, stored_ms = both[:len(recomputed_ms)], both[len(recomputed_ms):]
         self.spent_s += time.perf_counter() - started
         if prefer_recomputed:
@@ -149,12 +145,14 @@ class FusionBenchmarker:
                       f"storing {sum(stored_ms):.4f} ms in {len(stored_ms)} (one launch counts {LAUNCH_COST_MS} ms)"})
         return chosen
 
-    def _trials(self, schedule: Schedule) -> tuple[list[Any], list[float]]:
-        """The best trial of each of the schedule's kernels, and its time."""
+    def _trials(self, schedule: Schedule) -> tuple[list[tuple[Any, dict]], list[float]]:
+        """The best trial of each of the schedule's kernels with the buffers it is timed on (the
+        schedule's own: a stored result is a buffer only one of two schedules has), and its time."""
         from compiler.codegen import generate
 
         dtypes, sizes = schedule.program.buffer_dtypes(), benchmark_buffers(schedule.program, schedule.read_writes)
-        return self._best_trials(generate(schedule, self.target).kernels, dtypes, sizes)
+        trials, times = self._best_trials(generate(schedule, self.target).kernels, dtypes, sizes)
+        return [(trial, sizes) for trial in trials], times
 
     def _best_trials(self, kernels: list[Any], dtypes: dict[str, str], sizes: dict) -> tuple[list[Any], list[float]]:
         """Each kernel's fastest trial (its own config and, for a looped reduction, LOOPED_TRIALS)
