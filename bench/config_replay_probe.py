@@ -3,7 +3,8 @@ of the whole case does, on a GPU: for each named single-kernel bench case, every
 autotuning tries is compiled on its own (the candidate list forced to that one config), then all
 of them and Inductor are timed in turn for `--rounds` rounds, as bench/kernels.py times a case
 (replay on a cold L2). Each row: the config, its time alone (autotune.time_kernel, as tuning saw
-it) and its replay medians. One JSON row per case, appended to `out`.
+it), the same launch timed as a replay of a CUDA graph holding it alone (`alone_graph_us`,
+time_kernel's other mode), and its replay medians. One JSON row per case, appended to `out`.
 
     python3 bench/config_replay_probe.py out.jsonl bench/held_out:swin_fw_native_layer_norm_constant_pad_nd_32x28x28x192
 """
@@ -42,12 +43,31 @@ def compile_with(graph, config: dict | None):
         autotune.candidate_configs = shipped
 
 
+def timed_both_ways(graph_us: dict[str, list[float]]):
+    """A stand-in for autotune.time_kernel that also times each launch in time_kernel's other
+    mode, recording those times by config."""
+    shipped = autotune.time_kernel
+
+    def timer(kernel, sizes):
+        other = shipped(kernel, sizes, as_graph=not autotune.TIME_AS_GRAPH)
+        graph_us.setdefault(json.dumps(kernel.config, sort_keys=True), []).append(round(other * 1000, 2))
+        return shipped(kernel, sizes)
+
+    return timer
+
+
 def probe(folder: Path, name: str, rounds: int) -> list[dict]:
     rows = []
     for case in load_cases(folder, wanted=[name]):
         torch._dynamo.reset()
         inputs = case_inputs(case, seed=0, device="cuda")
-        tuned = compile_with(case.graph, None)
+        other_mode_us: dict[str, list[float]] = {}
+        shipped_timer = autotune.time_kernel
+        autotune.time_kernel = timed_both_ways(other_mode_us)
+        try:
+            tuned = compile_with(case.graph, None)
+        finally:
+            autotune.time_kernel = shipped_timer
         (kernel,) = tuned.manifest["kernels"]
         candidates = kernel["autotune"]["candidates"]
         runs = {json.dumps(config, sort_keys=True): load(compile_with(case.graph, config)) for config in candidates}
@@ -57,15 +77,18 @@ def probe(folder: Path, name: str, rounds: int) -> list[dict]:
         for _ in range(rounds):
             for key, run in runs.items():
                 replay_us[key].append(round(graph_time_ms(run, inputs) * 1000, 2))
+        other_key = "alone_plain_us" if autotune.TIME_AS_GRAPH else "alone_graph_us"
         configs = [{"config": config, "alone_us": round(kernel["autotune"]["ms"][j] * 1000, 2),
+                    other_key: statistics.median(other_mode_us.get(json.dumps(config, sort_keys=True), [0.0])),
                     "replay_us": replay_us[json.dumps(config, sort_keys=True)]} for j, config in enumerate(candidates)]
-        row = {"case": case.name, "chosen": kernel["config"], "configs": configs,
+        row = {"case": case.name, "chosen": kernel["config"], "time_as_graph": autotune.TIME_AS_GRAPH,
+               "configs": configs,
                "inductor_replay_us": replay_us["inductor"]}
         rows.append(row)
         print(case.name, "inductor", statistics.median(replay_us["inductor"]), flush=True)
         for entry in configs:
-            print(f"  {entry['config']}  alone {entry['alone_us']}  replay {statistics.median(entry['replay_us'])}",
-                  flush=True)
+            print(f"  {entry['config']}  alone {entry['alone_us']}  {other_key} {entry[other_key]}  "
+                  f"replay {statistics.median(entry['replay_us'])}", flush=True)
     return rows
 
 

@@ -247,8 +247,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sources", default="", help=f"comma-separated subset of {','.join(SOURCES)} "
                         "(dedupe then spans only those; the checked-in set is a run over all), or held-out "
                         f"models: {','.join(HELD_OUT_SOURCES)}")
-    parser.add_argument("--exclude-dir", type=Path, default=None,
-                        help="leave out cases that duplicate one in this folder (a held-out set: --exclude-dir bench/cases)")
+    parser.add_argument("--exclude-dir", type=Path, action="append", default=[],
+                        help="leave out cases that duplicate one in this folder (a held-out set: --exclude-dir "
+                             "bench/cases); may be given more than once")
     parser.add_argument("--whole-graphs", action="store_true", help="add each captured graph as one case too")
     parser.add_argument("--channels-last", choices=("off", "auto", "on"), default="off",
                         help="rewrite convolutions as the backend's channels_last setting does (docs/CLIENT.md); "
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
                              "(same ops in order and input dtypes, any sizes)")
     args = parser.parse_args(argv)
     sources = [s for s in args.sources.split(",") if s] or None
-    known = load_cases(args.exclude_dir) if args.exclude_dir else []
+    known = [case for folder in args.exclude_dir for case in load_cases(folder)]
     result = extract_cases(args.size, sources, args.whole_graphs, progress=lambda line: print(line, flush=True),
                            known=known, channels_last=args.channels_last)
     if args.one_per_family is not None:

@@ -43,6 +43,8 @@ WARMUP = 3
 COLD_LAUNCHES = 25  # timed launches per candidate, each after an L2 flush
 L2_FLUSH_BYTES = 256 << 20
 TIMING = "cold-l2 median, close calls retimed"  # part of the cache key: choices timed another way are not reused
+# Each candidate's launch is timed as a replay of a CUDA graph holding it (see time_kernel).
+TIME_AS_GRAPH = False
 HEURISTIC_MARGIN = 0.02  # a candidate replaces the heuristic's config only when this much faster
 # Candidates within CLOSE_CALL of the fastest are timed RETIME_ROUNDS more times, in turn, and the
 # median of each one's timings counts: one timing of a 10 us kernel moves by a few percent, and Swin's
@@ -239,8 +241,9 @@ def _next_power_of_2(n: int) -> int:
 
 
 def tuning_key(kernel: Any, target: str, candidates: list[dict]) -> str:
-    payload = json.dumps({"source": kernel.source, "target": target, "candidates": candidates, "timing": TIMING,
-                          "numel": kernel.numel, "rnumel": kernel.rnumel}, sort_keys=True)
+    payload = json.dumps({"source": kernel.source, "target": target, "candidates": candidates,
+                          "timing": [TIMING, TIME_AS_GRAPH], "numel": kernel.numel, "rnumel": kernel.rnumel},
+                         sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -350,10 +353,12 @@ def gpu_timer(target: str) -> Timer | None:
     return time_kernel
 
 
-def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
+def time_kernel(kernel: Any, sizes: dict[str, BufferSpec], as_graph: bool | None = None) -> float:
     """Median ms of one launch of the kernel's cubin on a cold L2, as the kernel benchmark and
     Triton's do_bench time: before each of COLD_LAUNCHES launches, a 256 MiB buffer is zeroed
-    (more than any Hopper L2), and each launch is timed between its own two CUDA events."""
+    (more than any Hopper L2), and each launch is timed between its own two CUDA events. With
+    `as_graph` (default TIME_AS_GRAPH) the launch is captured once into a CUDA graph and each timing
+    is a replay of it, as a CUDA-graph step runs the kernel."""
     import torch
 
     from client.cubin import CubinKernel
@@ -363,20 +368,32 @@ def time_kernel(kernel: Any, sizes: dict[str, BufferSpec]) -> float:
     launch = CubinKernel(entry, kernel.cubin).launcher(grid, use_hooks=False)
     tensors = [_random_buffer(*sizes[name]) for name in kernel.arguments]
     pointers = [t.data_ptr() for t in tensors]  # `tensors` keeps them alive
-    stream = torch.cuda.current_stream().cuda_stream
-    flush = _l2_flush_buffer()
     for _ in range(WARMUP):
-        launch(stream, *pointers)
+        launch(torch.cuda.current_stream().cuda_stream, *pointers)
+    run = _captured(launch, pointers) if (TIME_AS_GRAPH if as_graph is None else as_graph) else (
+        lambda: launch(torch.cuda.current_stream().cuda_stream, *pointers))
+    flush = _l2_flush_buffer()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(COLD_LAUNCHES)]
     for start, end in events:
         flush.zero_()
         start.record()
-        launch(stream, *pointers)
+        run()
         end.record()
     torch.cuda.synchronize()
     times = sorted(start.elapsed_time(end) for start, end in events)
     return times[len(times) // 2]
+
+
+def _captured(launch: Callable, pointers: list[int]) -> Callable[[], None]:
+    """A replay of one launch captured into a CUDA graph."""
+    import torch
+
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(torch.cuda.current_stream().cuda_stream, *pointers)
+    return graph.replay
 
 
 @functools.lru_cache(maxsize=1)

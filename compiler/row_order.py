@@ -26,6 +26,9 @@ from compiler.tiling import unit_steps
 
 ROW_ORDER_MIN_GAIN = 1 / 8
 MAX_ROW_BLOCK = 64  # a dim wider than this is no help: one row block cannot cover it
+# A row block times a persistent row's elements (all in registers at once) stays within this: PoolFormer's
+# GroupNorm statistics asked for 64 rows of 4096, which need 512 KiB of shared memory (H100, 2026-11-27).
+MAX_BLOCK_ELEMENTS = 16384
 
 
 def choose_row_order(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
@@ -46,12 +49,23 @@ def choose_row_order(nodes: list, mapping: GroupMapping, read_writes: dict[str, 
     for inner in range(len(sizes) - 1):
         if not 4 <= sizes[inner] <= MAX_ROW_BLOCK:  # narrower dims are not contiguous over most of a block
             continue
+        if _block_elements(sizes[inner], mapping.rnumel) > MAX_BLOCK_ELEMENTS:
+            continue
         order = [d for d in range(len(sizes)) if d != inner] + [inner]
         reordered = reorder_rows(mapping, sizes, order)
         _, score = _coalesced_bytes(nodes, reordered, read_writes, itemsize, internal)
         if score - best_score >= ROW_ORDER_MIN_GAIN * total:
             best, best_score = (reordered, sizes[inner]), score
     return best
+
+
+def _block_elements(row_block: int, rnumel: int) -> int:
+    """Elements a program holds at once with `row_block` rows: a whole persistent row each, or a
+    looped step of the heuristic's (codegen/heuristics.py) ~2048 elements."""
+    from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2  # codegen imports this module
+
+    rows = next_power_of_2(row_block)
+    return rows * next_power_of_2(rnumel) if next_power_of_2(rnumel) <= GPU_PERSISTENT_LIMIT else max(rows, 2048)
 
 
 def reorder_rows(mapping: GroupMapping, sizes: list[int], order: list[int]) -> GroupMapping:

@@ -47,6 +47,7 @@ from compiler.inline_gathers import (
 )
 from compiler.split_reductions import split_reductions
 from compiler.row_order import choose_row_order
+from compiler.strided_fusion import strided_in_reduction
 from compiler.tiling import choose_tiling
 
 MAX_FUSION_ROUNDS = 10
@@ -339,6 +340,12 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
         for i, j in candidates.live_pairs(dead):
             first, second = steps[i], steps[j]
             reason, group = can_fuse(first, second, state.graph, read_writes, options)
+            if group is not None and group.is_reduction and first.is_reduction != second.is_reduction:
+                pointwise = first if second.is_reduction else second
+                internal = internal_buffers(group.node_names, read_writes, program, state.readers)
+                reason = strided_in_reduction(set(pointwise.node_names), group, read_writes, state.bytes,
+                                              state.itemsize, internal)
+                group = None if reason else group
             if group is None:
                 log.refuse(first, second, reason)
                 continue
@@ -459,7 +466,12 @@ class FusionState:
     def __init__(self, steps: list[Step], predecessors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
                  program: Program) -> None:
         self.read_writes = read_writes
-        self.bytes = {name: b.layout.numel * ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
+        self.itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
+        self.readers: dict[str, set[str]] = {}  # buffer -> the nodes that read it
+        for name, rw in read_writes.items():
+            for buffer in rw.read_buffers():
+                self.readers.setdefault(buffer, set()).add(name)
+        self.bytes = {name: b.layout.numel * self.itemsize[name] for name, b in program.buffers.items()}
         self.alive: dict[int, Step] = {id(s): s for s in steps}
         self.touched: dict[int, list[str]] = {}  # buffers read or written, in name order
         self.accessed: dict[int, frozenset[str]] = {}  # buffers accessed through an index (MemoryDeps)

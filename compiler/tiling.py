@@ -76,6 +76,20 @@ def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, Re
 def unit_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[bool, bool]:
     """Whether moving one step along xindex (resp. rindex) moves the address by one element,
     at most sampled points (tiles that straddle a dim boundary are the exception)."""
+    along_x, along_r = _step_deltas(index, rows, columns, samples)
+    return int(np.sum(along_x == 1)) * 4 >= samples * 3, int(np.sum(along_r == 1)) * 4 >= samples * 3
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def median_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[int, int]:
+    """How far, in elements, one step along xindex (resp. rindex) moves the address, the median
+    over sampled points."""
+    along_x, along_r = _step_deltas(index, rows, columns, samples)
+    return int(np.median(np.abs(along_x))), int(np.median(np.abs(along_r)))
+
+
+def _step_deltas(index, rows: int, columns: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The address moves of one step along xindex and along rindex at `samples` sampled points."""
     rng = random.Random(0)
     points = [(rng.randrange(max(rows - 1, 1)), rng.randrange(max(columns - 1, 1))) for _ in range(samples)]
     xs, rs = (np.array(column, dtype=np.int64) for column in zip(*points))
@@ -85,5 +99,4 @@ def unit_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[bool,
         here, right, down = ([int(index.xreplace({XINDEX: x + dx, RINDEX: r + dr})) for x, r in points]
                              for dx, dr in ((0, 0), (1, 0), (0, 1)))
         here, right, down = np.array(here), np.array(right), np.array(down)
-    unit_x, unit_r = int(np.sum(right - here == 1)), int(np.sum(down - here == 1))
-    return unit_x * 4 >= samples * 3, unit_r * 4 >= samples * 3
+    return right - here, down - here

@@ -359,21 +359,36 @@ def test_the_held_out_set_is_one_case_per_family_none_of_them_in_the_main_set():
     assert one_per_family(held_out, 1 << 20) == held_out
 
 
-def test_the_second_held_out_sets_hold_only_the_second_group_one_case_per_family():
+LATER_HELD_OUT_SETS = {  # folder: (its sources, its fewest cases)
+    "held_out_2": ({"gemma", "phi"}, 40),
+    "held_out_2_channels_last": ({"mobilenetv3", "densenet"}, 40),
+    "held_out_3": ({"qwen2", "bigcode"}, 20),
+    "held_out_3_images": ({"levit", "convmixer", "poolformer", "mixer", "beit", "cait", "xcit", "swinv2",
+                           "convnextv2", "mobilevit"}, 150),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(LATER_HELD_OUT_SETS))
+def test_the_later_held_out_sets_hold_only_their_models_one_case_per_family(folder):
     """bench/held_out_2 (Gemma, Phi) and bench/held_out_2_channels_last (MobileNetV3, DenseNet, as the
-    backend compiles them on a GPU): models added after the first held-out group had been worked on."""
+    backend compiles them on a GPU): models added after the first held-out group had been worked on;
+    bench/held_out_3 and held_out_3_images the same for the models after those, none of their cases
+    in an earlier set."""
     from bench.model_cases import family_key, one_per_family
     from zoo import HELD_OUT_2
 
-    for folder, sources in (("held_out_2", {"gemma", "phi"}), ("held_out_2_channels_last", {"mobilenetv3", "densenet"})):
-        cases = load_cases(CASES_DIR.parent / folder)
-        assert len(cases) >= 40 and {case.source for case in cases} == sources and sources <= set(HELD_OUT_2)
-        assert all(NAME.match(case.name) for case in cases)
-        assert not {case.key for case in cases} & {case.key for case in load_cases(CASES_DIR)}
-        assert len({family_key(case) for case in cases}) == len(cases)
-        assert one_per_family(cases, 1 << 20) == cases
-        for case in cases:
-            assert case.moved_bytes == moved_bytes(case.graph, value_layouts(case.graph)), case.name
+    sources, fewest = LATER_HELD_OUT_SETS[folder]
+    cases = load_cases(CASES_DIR.parent / folder)
+    assert len(cases) >= fewest and {case.source for case in cases} == sources and sources <= set(HELD_OUT_2)
+    assert all(NAME.match(case.name) for case in cases)
+    assert not {case.key for case in cases} & {case.key for case in load_cases(CASES_DIR)}
+    if folder.startswith("held_out_3"):
+        earlier = ("held_out", "held_out_2", "channels_last", "held_out_channels_last", "held_out_2_channels_last")
+        assert not {case.key for case in cases} & {c.key for f in earlier for c in load_cases(CASES_DIR.parent / f)}
+    assert len({family_key(case) for case in cases}) == len(cases)
+    assert one_per_family(cases, 1 << 20) == cases
+    for case in cases:
+        assert case.moved_bytes == moved_bytes(case.graph, value_layouts(case.graph)), case.name
 
 
 def test_the_channels_last_set_holds_the_cnns_as_the_backend_compiles_them_on_a_gpu():

@@ -82,3 +82,12 @@ def test_launch_config_rounds_the_row_block_up_to_a_power_of_two(rnumel, persist
     config = launch_config(KernelShape(4096, rnumel, True, row_block=12), "cuda:sm_90")
     assert config["XBLOCK"] == 16 and config["persistent"] is persistent
     assert launch_config(KernelShape(4096, rnumel, True), "cuda:sm_90")["XBLOCK"] == 1
+
+
+@pytest.mark.parametrize("keys, row_block", [(2048, 8), (4096, 1)])
+def test_a_row_block_of_persistent_rows_stays_within_the_block_limit(keys, row_block):
+    """8 heads of rows of 4096 held at once would be 32768 elements a program: past
+    row_order.MAX_BLOCK_ELEMENTS the rows keep their order (PoolFormer's GroupNorm statistics asked
+    for 64 rows of 4096, which need 512 KiB of shared memory on an H100)."""
+    groups, _ = _reduction_groups(attention_with_position_bias, *_inputs(1, 8, 4, keys))
+    assert [g.row_block for g in groups] == [row_block]

@@ -1,0 +1,69 @@
+"""Fusions refused because they would leave a pointwise producer's memory strided inside a
+reduction kernel.
+
+A reduction kernel walks [XBLOCK, RBLOCK] tiles in its anchor's order: the reduced elements
+along rindex, its rows along xindex. A pointwise node fused into it is walked in that order too.
+When the node's buffers are laid out another way, its accesses step along neither tile axis, and
+each step a sector or more away:
+PoolFormer's GroupNorm reduces each image of an NCHW copy of a channels-last tensor, and the
+copy, fused into the reduction, reads and writes its channels-last buffers 128 elements apart
+along the row (0.16x Inductor, H100, 2026-11-27). Alone, the same node is a pointwise kernel
+that walks its buffers in memory order, or in 2D tiles where they disagree (compiler/tiling.py).
+
+So a pointwise step joins a reduction group only where more than half of its bytes stay contiguous along
+one tile axis, after the row order compiler/row_order.py would pick. Bytes weigh by the size of
+the buffer accessed, so that a per-channel weight, read again and again from cache, does not
+count against the fusion. Rows shorter than MIN_ROW are left alone.
+"""
+
+from __future__ import annotations
+
+from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.indexing import RINDEX, XINDEX
+from compiler.row_order import choose_row_order
+from compiler.tiling import median_steps, unit_steps
+
+STRIDED_SHARE = 0.5  # the share of the pointwise side's bytes strided along both axes from which it stays apart
+MIN_ROW = 32  # rows shorter than this put many rows in a program, whose accesses meet in cache sectors
+# An access is strided where one step along either tile axis moves it a whole sector (32 bytes) or more.
+# Closer steps share sectors: CaiT's talking-heads softmax reads its (query, key, head) scores 4
+# elements apart along the keys, and ran 24.0 us with the producer fused, 30.6 apart (H100, 2026-11-27).
+SECTOR_BYTES = 32
+REFUSE_STRIDED = True  # bench/census.py and bench/switch_ab.py turn it off to find and time what it changes
+
+
+def strided_in_reduction(pointwise_nodes: set[str], group, read_writes: dict[str, ReadWrites],
+                         buffer_bytes: dict[str, int], itemsize: dict[str, int], internal: set[str]) -> str:
+    """Why the nodes named `pointwise_nodes` (one side of the fusion that made `group`, a
+    KernelGroup) should not run inside it: their accesses would be strided; "" when they may.
+    `internal`: the group's buffers that would stay in registers (they move no bytes)."""
+    mapping = group.mapping
+    if mapping.rnumel < MIN_ROW or not REFUSE_STRIDED:
+        return ""
+    reordered = choose_row_order(group.nodes, mapping, read_writes, itemsize, internal)
+    if reordered is not None:
+        mapping = reordered[0]
+    total = strided = 0
+    for node in group.nodes:
+        if node.name not in pointwise_nodes:
+            continue
+        rw = read_writes[node.name]
+        for dep in rw.reads | rw.writes:
+            if not isinstance(dep, MemoryDep) or dep.buffer in internal:
+                continue
+            index = mapping.nodes[node.name].apply(dep.index, mapping.bounds)
+            if not index.free_symbols & {XINDEX, RINDEX}:
+                continue  # one element for the whole kernel
+            total += buffer_bytes[dep.buffer]
+            if _far_along_both(index, mapping, itemsize[dep.buffer]):
+                strided += buffer_bytes[dep.buffer]
+    if total and strided >= STRIDED_SHARE * total:
+        return (f"{strided} of its {total} bytes would be strided along both axes of the reduction's "
+                f"{mapping.numel}x{mapping.rnumel} tiles: it runs apart, in memory order")
+    return ""
+
+
+def _far_along_both(index, mapping, itemsize: int) -> bool:
+    if any(unit_steps(index, mapping.numel, mapping.rnumel)):
+        return False
+    return min(median_steps(index, mapping.numel, mapping.rnumel)) * itemsize >= SECTOR_BYTES

@@ -1,0 +1,104 @@
+"""Pointwise producers kept out of a reduction kernel that would walk their buffers strided
+(compiler.strided_fusion): PoolFormer's GroupNorm over whole images reads an NCHW copy of a
+channels-last tensor, and the copy, fused into the statistics, would read and write its
+channels-last buffers C elements apart along the row. Checked on the schedule, and against eager
+(the CPU interpreter runs the kernels)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from compiler.bounds import WorkLimits
+from compiler.fx_import import from_fx
+from compiler.lowering import lower
+from compiler.options import CompileOptions
+from compiler.scheduler import KernelGroup, schedule
+from tests.test_scheduler import compile_and_check
+
+STRIDED = "strided along both axes"
+
+
+def layer_scale_group_norm(x, residual, scale, weight, bias):
+    """PoolFormer's block tail on channels-last tensors: a residual add of a per-channel-scaled
+    branch, then GroupNorm over whole images (one group) of its contiguous copy."""
+    summed = residual + x * scale.view(-1, 1, 1)
+    return summed, F.group_norm(summed.contiguous(), 1, weight, bias)
+
+
+def copy_group_norm(x, weight, bias):
+    return F.group_norm(x.contiguous(), 1, weight, bias)
+
+
+def _channels_last(*shape):
+    return torch.randn(*shape).to(memory_format=torch.channels_last)
+
+
+def _schedule(fn, *inputs):
+    graph = from_fx(make_fx(fn)(*inputs), list(inputs))
+    return schedule(lower(graph, WorkLimits()), CompileOptions(autotune=False, benchmark_fusion=False), None)
+
+
+def _refusals(planned) -> list[str]:
+    return [r["reason"] for r in planned.fusion_log["refused"] if STRIDED in r["reason"]]
+
+
+def _reductions_reading(planned, buffer: str) -> list[KernelGroup]:
+    return [s for s in planned.steps if isinstance(s, KernelGroup) and s.is_reduction
+            and any(buffer in planned.read_writes[n].read_buffers() for n in s.node_names)]
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 5, 7), (3, 16, 4, 4)])
+def test_a_channels_last_copy_stays_out_of_the_statistics(shape):
+    inputs = (_channels_last(*shape), torch.randn(shape[1]) + 1, torch.randn(shape[1]))
+    planned = _schedule(copy_group_norm, *inputs)
+    assert _refusals(planned)
+    assert not _reductions_reading(planned, planned.program.inputs[0].name)
+    compile_and_check(copy_group_norm, *inputs)
+
+
+def test_the_refusal_is_what_keeps_them_apart(monkeypatch):
+    monkeypatch.setattr("compiler.strided_fusion.REFUSE_STRIDED", False)
+    inputs = (_channels_last(2, 8, 5, 7), torch.randn(8) + 1, torch.randn(8))
+    planned = _schedule(copy_group_norm, *inputs)
+    assert not _refusals(planned)
+    assert _reductions_reading(planned, planned.program.inputs[0].name)
+
+
+def test_poolformer_layer_scale_and_group_norm_match_eager():
+    shape = (2, 12, 6, 5)
+    inputs = (_channels_last(*shape), _channels_last(*shape), torch.randn(12), torch.randn(12) + 1, torch.randn(12))
+    planned = _schedule(layer_scale_group_norm, *inputs)
+    assert _refusals(planned)
+    compile_and_check(layer_scale_group_norm, *inputs)
+
+
+def test_a_non_contiguous_channels_last_input_stays_correct():
+    every_other_row = lambda x, w, b: copy_group_norm(x[:, :, ::2], w, b)  # noqa: E731 (strides of neither layout)
+    compile_and_check(every_other_row, _channels_last(2, 8, 10, 7), torch.randn(8) + 1, torch.randn(8))
+
+
+def test_a_producer_in_the_row_order_still_fuses():
+    """A ReLU on a contiguous NCHW tensor walks its buffers as the statistics do: one kernel reads it."""
+    inputs = (torch.randn(2, 8, 5, 7), torch.randn(8) + 1, torch.randn(8))
+    fn = lambda x, w, b: F.group_norm(torch.relu(x), 1, w, b)  # noqa: E731
+    planned = _schedule(fn, *inputs)
+    assert not _refusals(planned)
+    assert _reductions_reading(planned, planned.program.inputs[0].name)
+    compile_and_check(fn, *inputs)
+
+
+def test_accesses_a_few_elements_apart_share_sectors_and_stay_fused():
+    """CaiT's talking-heads softmax: scores stored (batch, query, key, head) with 4 heads, a
+    softmax over keys of each head. Its producer reads 4 elements apart along the keys (16 bytes of
+    float32, within a sector): fused, as it ran faster."""
+    def talking_heads_softmax(scores, head_bias):
+        return torch.softmax((scores + head_bias).permute(0, 3, 1, 2).contiguous(), -1)
+
+    inputs = (torch.randn(2, 9, 40, 4), torch.randn(4))
+    planned = _schedule(talking_heads_softmax, *inputs)
+    assert not _refusals(planned)
+    assert _reductions_reading(planned, planned.program.inputs[0].name)
+    compile_and_check(talking_heads_softmax, *inputs)
