@@ -35,6 +35,9 @@ MIX_MIN_CHUNK = 8
 # Smaller reductions gain less than a launch: they stay two kernels.
 MIX_MIN_ELEMENTS = 1 << 20
 MIXABLE = frozenset({"sum"})  # column reductions accumulated over a program's steps
+# Every column pass over a row kernel's rows joins it, not only the first (bench/census.py and
+# bench/switch_ab.py turn it off to find and time what it changes).
+SEVERAL_COLUMN_PASSES = True
 
 
 def mix_chunk(rows: int, row_length: int) -> int | None:
@@ -64,7 +67,8 @@ def mixed_group_mapping(row: "KernelGroup", column: "KernelGroup", chunk: int,
         raise FusionRefused(f"{column.name} reads nothing {row.name} touches at the same element: not the same rows")
     nodes = row.nodes + column.nodes
     check_consistent(nodes, mapping, read_writes)
-    column_results = set().union(*(read_writes[n.name].write_buffers() for n in column.nodes if n.is_reduction))
+    column_names = row.column_nodes | {n.name for n in column.nodes if n.is_reduction}  # `row` may be mixed already
+    column_results = set().union(*(read_writes[n.name].write_buffers() for n in nodes if n.name in column_names))
     for node in nodes:
         if read_writes[node.name].read_buffers() & column_results:
             raise FusionRefused(f"{node.name} reads a column sum, which is whole only after the kernel")

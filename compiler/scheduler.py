@@ -39,6 +39,7 @@ from compiler.graph import ITEMSIZES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.memory_order import draws_random_numbers, reorder_for_peak_memory
+from compiler import mixed_order
 from compiler.mixed_order import is_column_pass, is_row_pass, mix_chunk, mixed_group_mapping
 from compiler.options import CompileOptions
 from compiler.l2_reuse import plan_l2_reuse
@@ -372,7 +373,9 @@ def fuse_mixed_orders(state: "FusionState", read_writes: dict[str, ReadWrites], 
                       options: CompileOptions, log: "FusionLog", judge: Any = None) -> None:
     """Runs each column sum's partial pass inside the row reduction over the same rows
     (compiler.mixed_order), once the rounds have fused everything else: a mixed kernel takes no
-    further fusion. Pairs are found by size: a row group of N rows x C and a column group of
+    further fusion but other column passes over its rows (Swin-v2's LayerNorm backward: its weight
+    and bias sums, and the sum of its input gradient over the rows that the next layer's bias
+    takes). Pairs are found by size: a row group of N rows x C and a column group of
     (N / CH) * C outputs of CH rows each, CH = mix_chunk(N, C) (split_reductions split the column
     sums to that size)."""
     columns: dict[tuple[int, int], list[KernelGroup]] = {}
@@ -396,7 +399,9 @@ def fuse_mixed_orders(state: "FusionState", read_writes: dict[str, ReadWrites], 
                 log.fused.append({"node1": row.name, "node2": column.name, "bytes_saved": state.score(row, column)[0]})
                 state.replace(row, column, group)
                 _fuse_final_passes(state, group, read_writes, options, log)
-                break
+                if not mixed_order.SEVERAL_COLUMN_PASSES:
+                    break
+                row = group  # another column pass over the same rows joins the mixed kernel too
 
 
 def _fuse_final_passes(state: "FusionState", mixed: KernelGroup, read_writes: dict[str, ReadWrites],
@@ -426,7 +431,7 @@ def _mixed_group(row: KernelGroup, column: KernelGroup, chunk: int, state: "Fusi
     nodes = sorted(row.nodes + column.nodes, key=lambda n: program_order(n.name))
     return KernelGroup(f"{row.name}+{column.name}", nodes, mapping, min(row.order, column.order),
                        max(row.last, column.last), mix_rows=chunk,
-                       column_nodes=frozenset(n.name for n in column.nodes if n.is_reduction))
+                       column_nodes=row.column_nodes | {n.name for n in column.nodes if n.is_reduction})
 
 
 def fuse_small_siblings(state: "FusionState", read_writes: dict[str, ReadWrites], options: CompileOptions,

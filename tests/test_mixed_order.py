@@ -164,3 +164,19 @@ def test_small_layer_norms_stay_two_kernels_for_the_gpu():
     dy, x = torch.randn(64, 40), torch.randn(64, 40)
     groups, _ = _groups(layer_norm_backward, dy, *_saved(x, torch.randn(40), torch.randn(40)))
     assert not any(g.mix_rows for g in groups)
+
+
+def layer_norm_backward_and_next_bias(dy, x, mean, rstd, w, b):
+    """Swin-v2's: the input gradient is also summed over the rows, for the bias of the layer before
+    (a second column pass over the same rows, which reads what the row pass writes)."""
+    dx, dw, db = layer_norm_backward(dy, x, mean, rstd, w, b)
+    return dx, dw, db, dx.sum(0)
+
+
+@pytest.mark.parametrize("rows, length", [(64, 40), (96, 33)])
+def test_two_column_passes_over_the_same_rows_join_one_mixed_kernel(small_thresholds, rows, length):
+    x, dy = torch.randn(rows, length), torch.randn(rows, length)
+    w, b = torch.randn(length), torch.randn(length)
+    artifact = compile_and_check(layer_norm_backward_and_next_bias, dy, *_saved(x, w, b))
+    (mixed,) = _mixed(artifact)
+    assert len(artifact.manifest["kernels"]) == 2  # the mixed kernel, one final pass for its three sums

@@ -102,3 +102,36 @@ def test_accesses_a_few_elements_apart_share_sectors_and_stay_fused():
     assert not _refusals(planned)
     assert _reductions_reading(planned, planned.program.inputs[0].name)
     compile_and_check(talking_heads_softmax, *inputs)
+
+
+def test_one_channels_last_input_of_three_keeps_the_producer_apart():
+    """PoolFormer's token mixer: (pooled - normed) * scale added to a channels-last convolution, an
+    NCHW copy of that normalized over whole images. A third of the producer's bytes are strided."""
+    def token_mixer_group_norm(pooled, normed, conv, scale, weight, bias):
+        mixed = conv + (pooled - normed) * scale.view(-1, 1, 1)
+        return mixed, F.group_norm(mixed.contiguous(), 1, weight, bias)
+
+    shape = (2, 8, 5, 7)
+    inputs = (torch.randn(shape), torch.randn(shape), _channels_last(*shape), torch.randn(8), torch.randn(8) + 1,
+              torch.randn(8))
+    planned = _schedule(token_mixer_group_norm, *inputs)
+    assert _refusals(planned)
+    assert not _reductions_reading(planned, planned.program.inputs[0].name)  # the pooled input, NCHW
+    compile_and_check(token_mixer_group_norm, *inputs)
+
+
+@pytest.mark.parametrize("share, apart", [(None, True), (0.5, False)])
+def test_poolformers_token_mixer_stays_apart_at_a_third_strided(monkeypatch, share, apart):
+    """The case cut from PoolFormer's forward (bench/held_out_3_images, scheduled for the GPU
+    target): 38.5 of its producer's 102.8 MB would be strided, under half, over a quarter."""
+    from bench.model_cases import load_cases
+    from tests.test_model_cases import CASES_DIR
+
+    if share is not None:
+        monkeypatch.setattr("compiler.strided_fusion.STRIDED_SHARE", share)
+    name = "poolformer_fw_sub_mul_add_native_group_norm_32x64x56x56_bf16"
+    (case,) = [c for c in load_cases(CASES_DIR.parent / "held_out_3_images", wanted=[name]) if c.name == name]
+    planned = schedule(lower(case.graph, WorkLimits()), CompileOptions(autotune=False, benchmark_fusion=False), None)
+    convolution = [spec.name for spec in case.graph.inputs].index("convolution")  # the channels-last input
+    assert bool(_refusals(planned)) == apart
+    assert bool(_reductions_reading(planned, planned.program.inputs[convolution].name)) != apart
