@@ -341,11 +341,8 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
         for i, j in candidates.live_pairs(dead):
             first, second = steps[i], steps[j]
             reason, group = can_fuse(first, second, state.graph, read_writes, options)
-            if group is not None and group.is_reduction and first.is_reduction != second.is_reduction:
-                pointwise = first if second.is_reduction else second
-                internal = internal_buffers(group.node_names, read_writes, program, state.readers)
-                reason = strided_in_reduction(set(pointwise.node_names), group, read_writes, state.bytes,
-                                              state.itemsize, internal)
+            if group is not None:
+                reason = state.strided_refusal(first, second, group, program)
                 group = None if reason else group
             if group is None:
                 log.refuse(first, second, reason)
@@ -472,10 +469,7 @@ class FusionState:
                  program: Program) -> None:
         self.read_writes = read_writes
         self.itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
-        self.readers: dict[str, set[str]] = {}  # buffer -> the nodes that read it
-        for name, rw in read_writes.items():
-            for buffer in rw.read_buffers():
-                self.readers.setdefault(buffer, set()).add(name)
+        self.readers = buffer_readers(read_writes)
         self.bytes = {name: b.layout.numel * self.itemsize[name] for name, b in program.buffers.items()}
         self.alive: dict[int, Step] = {id(s): s for s in steps}
         self.touched: dict[int, list[str]] = {}  # buffers read or written, in name order
@@ -514,6 +508,15 @@ class FusionState:
 
     def moved_bytes(self, step: Step) -> int:
         return sum(self.bytes[b] for b in self.touched[id(step)])
+
+    def strided_refusal(self, first: Step, second: Step, group: KernelGroup, program: Program) -> str:
+        """Why a pointwise step should stay out of the reduction kernel it would join (compiler.strided_fusion)."""
+        if not group.is_reduction or first.is_reduction == second.is_reduction:
+            return ""
+        pointwise = first if second.is_reduction else second
+        internal = internal_buffers(group.node_names, self.read_writes, program, self.readers)
+        return strided_in_reduction(set(pointwise.node_names), group, self.read_writes, self.bytes, self.itemsize,
+                                    internal)
 
     def score(self, first: Step, second: Step) -> tuple[int, int]:
         """(bytes of shared buffers that one kernel reads or writes once instead of twice, -distance)."""
@@ -579,13 +582,19 @@ def can_fuse(first: Step, second: Step, graph: StepGraph, read_writes: dict[str,
 
 
 def mark_internal_buffers(steps: list[Step], read_writes: dict[str, ReadWrites], program: Program) -> None:
+    readers = buffer_readers(read_writes)
+    for step in steps:
+        if isinstance(step, KernelGroup) and len(step.nodes) > 1:
+            step.internal = internal_buffers(step.node_names, read_writes, program, readers)
+
+
+def buffer_readers(read_writes: dict[str, ReadWrites]) -> dict[str, set[str]]:
+    """Each buffer's readers: the nodes of read_writes that read it."""
     readers: dict[str, set[str]] = {}
     for name, rw in read_writes.items():
         for buffer in rw.read_buffers():
             readers.setdefault(buffer, set()).add(name)
-    for step in steps:
-        if isinstance(step, KernelGroup) and len(step.nodes) > 1:
-            step.internal = internal_buffers(step.node_names, read_writes, program, readers)
+    return readers
 
 
 def internal_buffers(node_names: list[str], read_writes: dict[str, ReadWrites], program: Program,

@@ -3,19 +3,19 @@ reduction kernel.
 
 A reduction kernel walks [XBLOCK, RBLOCK] tiles in its anchor's order: the reduced elements
 along rindex, its rows along xindex. A pointwise node fused into it is walked in that order too.
-When the node's buffers are laid out another way, its accesses step along neither tile axis, and
-each step a sector or more away:
-PoolFormer's GroupNorm reduces each image of an NCHW copy of a channels-last tensor, and the
-copy, fused into the reduction, reads and writes its channels-last buffers 128 elements apart
-along the row (0.16x Inductor, H100, 2026-11-27). Alone, the same node is a pointwise kernel
-that walks its buffers in memory order, or in 2D tiles where they disagree (compiler/tiling.py).
+When the node's buffers are laid out another way, its accesses step along neither tile axis, each
+step a sector or more away. PoolFormer's GroupNorm reduces each image of an NCHW copy of a
+channels-last tensor; the copy, fused into the reduction, read and wrote its channels-last buffers
+128 elements apart along the row (0.16x Inductor, H100, 2026-11-27). Alone, the same node is a
+pointwise kernel that walks its buffers in memory order, or in 2D tiles where they disagree
+(compiler/tiling.py).
 
 So a pointwise step joins a reduction group only where more than three quarters of its bytes stay
-contiguous along one tile axis, after the row order compiler/row_order.py would pick: PoolFormer's
+contiguous along one tile axis, after the row order compiler/row_order.py would pick. PoolFormer's
 token mixer (pooled - normed, scaled, added to a channels-last convolution) reads one of its three
-inputs channels-last, and fused it took 189 us against Inductor's 182 (H100, 2026-11-27). Bytes weigh by the size of
-the buffer accessed, so that a per-channel weight, read again and again from cache, does not
-count against the fusion. Rows shorter than MIN_ROW are left alone.
+inputs channels-last, and fused it took 189 us against Inductor's 182 (H100, 2026-11-27). Bytes
+weigh by the size of the buffer accessed, so that a per-channel weight, read again and again from
+cache, does not count against the fusion. Rows shorter than MIN_ROW are left alone.
 """
 
 from __future__ import annotations
