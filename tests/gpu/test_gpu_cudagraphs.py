@@ -247,8 +247,12 @@ def test_training_steps_match_the_plain_runtime(signed, tmp_path):
     reference = Net().cuda()
     graphed_model = Net().cuda()
     graphed_model.load_state_dict(reference.state_dict())
-    plain = LocalBackend(signed, tmp_path / "plain")
-    with_graphs = LocalBackend(signed, tmp_path / "graphs", cuda_graphs=True)
+    # Heuristic configs on both sides: each side compiles its own artifacts (their keys differ, CUDA-graph
+    # mode releases no inputs), and two autotuned compiles may pick configs whose sums round differently,
+    # which six SGD steps can carry past the tolerance (this test failed about one run in five).
+    heuristic = {"autotune": False, "benchmark_fusion": False}
+    plain = LocalBackend(signed, tmp_path / "plain", options=heuristic)
+    with_graphs = LocalBackend(signed, tmp_path / "graphs", cuda_graphs=True, options=heuristic)
     expected = _train(reference, plain)
     torch._dynamo.reset()
     got = _train(graphed_model, with_graphs)
