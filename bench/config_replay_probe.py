@@ -78,7 +78,8 @@ def probe(folder: Path, name: str, rounds: int) -> list[dict]:
             for key, run in runs.items():
                 replay_us[key].append(round(graph_time_ms(run, inputs) * 1000, 2))
         other_key = "alone_plain_us" if autotune.TIME_AS_GRAPH else "alone_graph_us"
-        configs = [{"config": config, "alone_us": round(kernel["autotune"]["ms"][j] * 1000, 2),
+        configs = [{"config": config, "alone_us": None if kernel["autotune"]["ms"][j] is None else  # does not load
+                    round(kernel["autotune"]["ms"][j] * 1000, 2),
                     other_key: statistics.median(other_mode_us.get(json.dumps(config, sort_keys=True), [0.0])),
                     "replay_us": replay_us[json.dumps(config, sort_keys=True)]} for j, config in enumerate(candidates)]
         row = {"case": case.name, "chosen": kernel["config"], "time_as_graph": autotune.TIME_AS_GRAPH,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
 from compiler.codegen import Generated, generate_kernel
-from compiler.codegen.aot import build_cubins
+from compiler.codegen.aot import AotError, build_cubins, fits_target, shared_bytes
 from compiler.codegen.plan import build_plan, launch_grid
 from compiler.options import CompileOptions
 from compiler.dependencies import ReadWrites
@@ -112,6 +112,7 @@ def tune_and_build(generated: Generated, schedule: Schedule, target: str, option
     generated.autotune_note = autotune_kernels(generated.kernels, dtypes, sizes, target, remaining, cache,
                                                regenerate=regenerate)
     build_cubins([k for k in generated.kernels if k.cubin is None], dtypes, target)
+    fit_to_target(generated.kernels, dtypes, target, regenerate)
     generated.plan = build_plan(schedule, {k.name: k for k in generated.kernels})  # grids follow the configs
     return generated
 
@@ -261,6 +262,19 @@ class _Tuning:
         return [self.trials[self.known["chosen"]]] if self.known is not None else self.trials
 
 
+def fit_to_target(kernels: list[Any], dtypes: dict[str, str], target: str, regenerate: Regenerate | None) -> None:
+    """Every built kernel whose cubin would not load on the target (more shared memory than a block
+    may use) takes the first of its candidate configs that does, in place; AotError when none does."""
+    for kernel in [k for k in kernels if not fits_target(k, target)]:
+        trials = _plan(kernel, target, MemoryTuningCache(), regenerate).trials[1:]  # [0] is the kernel's own config
+        build_cubins(trials, dtypes, target)
+        fitting = next((trial for trial in trials if fits_target(trial, target)), None)
+        if fitting is None:
+            raise AotError(f"kernel {kernel.name}: no launch config fits the shared memory of a block on {target} "
+                           f"({kernel.config} needs {shared_bytes(kernel)} bytes)")
+        _adopt(kernel, fitting)
+
+
 def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str, BufferSpec], target: str,
                      options: CompileOptions, cache: TuningCache | None, timer: Timer | None = None,
                      regenerate: Regenerate | None = None) -> str:
@@ -281,10 +295,10 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
     untimed = 0
     for tuning in tunings:
         if tuning.known is None and time.perf_counter() - started > options.autotune_budget_s:
-            _adopt(tuning.kernel, tuning.trials[0])
+            _adopt(tuning.kernel, tuning.trials[0])  # fit_to_target replaces it if it does not load
             untimed += 1
             continue
-        _decide(tuning, sizes, cache, timer)
+        _decide(tuning, sizes, cache, timer, target)
     took = time.perf_counter() - started
     if untimed:
         return (f"time budget of {options.autotune_budget_s} s spent: {len(kernels) - untimed} of {len(kernels)} "
@@ -300,18 +314,24 @@ def _plan(kernel: Any, target: str, cache: TuningCache, regenerate: Regenerate |
     return _Tuning(kernel, candidates, key, cache.get(key), trials)
 
 
-def _decide(tuning: _Tuning, sizes: dict[str, BufferSpec], cache: TuningCache, timer: Timer) -> None:
+def _decide(tuning: _Tuning, sizes: dict[str, BufferSpec], cache: TuningCache, timer: Timer, target: str) -> None:
+    """Times the candidates whose cubins load on the target (the others' timings are None)."""
     if tuning.known is not None:
         chosen, timings = tuning.known["chosen"], tuning.known["ms"]
     else:
-        timings = [timer(trial, sizes) for trial in tuning.trials]
-        contenders = [j for j, ms in enumerate(timings) if ms <= min(timings) * (1 + CLOSE_CALL)]
+        timings = [timer(trial, sizes) if fits_target(trial, target) else None for trial in tuning.trials]
+        loadable = [j for j, ms in enumerate(timings) if ms is not None]
+        if not loadable:
+            raise AotError(f"kernel {tuning.kernel.name}: no launch config fits the shared memory of a block on "
+                           f"{target}")
+        fastest = min(timings[j] for j in loadable)
+        contenders = [j for j in loadable if timings[j] <= fastest * (1 + CLOSE_CALL)]
         if len(contenders) > 1:
             steadier = retimed([(tuning.trials[j], sizes) for j in contenders], [timings[j] for j in contenders], timer)
             for j, ms in zip(contenders, steadier):
                 timings[j] = ms
-        chosen = min(range(len(timings)), key=lambda j: (timings[j], j))  # a tie keeps the earlier candidate
-        if timings[chosen] > timings[0] * (1 - HEURISTIC_MARGIN):
+        chosen = min(loadable, key=lambda j: (timings[j], j))  # a tie keeps the earlier candidate
+        if timings[0] is not None and timings[chosen] > timings[0] * (1 - HEURISTIC_MARGIN):
             chosen = 0  # not clearly faster than the heuristic's config: within the timing noise
         cache.put(tuning.key, {"chosen": chosen, "ms": timings})
     _adopt(tuning.kernel, tuning.trials[chosen])

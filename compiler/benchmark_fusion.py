@@ -31,7 +31,7 @@ from typing import Any
 
 from compiler.autotune import Timer, benchmark_buffers, gpu_timer, is_close_call, retimed
 from compiler.codegen import generate_kernel
-from compiler.codegen.aot import build_cubins
+from compiler.codegen.aot import build_cubins, fits_target
 from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
 from compiler.dependencies import ReadWrites
 from compiler.inline_gathers import GATHERED_TRIAL
@@ -104,7 +104,10 @@ class FusionBenchmarker:
         started = time.perf_counter()
         dtypes, sizes = program.buffer_dtypes(), benchmark_buffers(program, read_writes)
         kernels = [self._kernel(group, read_writes, program, dtypes) for group in (fused, first, second)]
-        trials, times = self._best_trials(kernels, dtypes, sizes)
+        best = self._best_trials(kernels, dtypes, sizes)
+        if best is None:
+            return None  # a kernel with no config that loads on the target: the score decides
+        trials, times = best
         if is_close_call(with_launches(times[:1]), with_launches(times[1:])):
             times = retimed([(trial, sizes) for trial in trials], times, self.timer)
         fused_ms, *parts_ms = times
@@ -126,7 +129,10 @@ class FusionBenchmarker:
         if self.spent_s > self.budget_s:
             return recomputed if prefer_recomputed else stored
         started = time.perf_counter()
-        (recomputed_trials, recomputed_ms), (stored_trials, stored_ms) = self._trials(recomputed), self._trials(stored)
+        both_timed = self._trials(recomputed), self._trials(stored)
+        if None in both_timed:  # a kernel with no config that loads on the target
+            return recomputed if prefer_recomputed else stored
+        (recomputed_trials, recomputed_ms), (stored_trials, stored_ms) = both_timed
         if is_close_call(with_launches(recomputed_ms), with_launches(stored_ms)):
             both = retimed(recomputed_trials + stored_trials, recomputed_ms + stored_ms, self.timer)
             recomputed_ms, stored_ms = both[:len(recomputed_ms)], both[len(recomputed_ms):]
@@ -145,23 +151,29 @@ class FusionBenchmarker:
                       f"storing {sum(stored_ms):.4f} ms in {len(stored_ms)} (one launch counts {LAUNCH_COST_MS} ms)"})
         return chosen
 
-    def _trials(self, schedule: Schedule) -> tuple[list[tuple[Any, dict]], list[float]]:
+    def _trials(self, schedule: Schedule) -> tuple[list[tuple[Any, dict]], list[float]] | None:
         """The best trial of each of the schedule's kernels with the buffers it is timed on (the
-        schedule's own: a stored result is a buffer only one of two schedules has), and its time."""
+        schedule's own: a stored result is a buffer only one of two schedules has), and its time;
+        None when a kernel has no trial that loads on the target."""
         from compiler.codegen import generate
 
         dtypes, sizes = schedule.program.buffer_dtypes(), benchmark_buffers(schedule.program, schedule.read_writes)
-        trials, times = self._best_trials(generate(schedule, self.target).kernels, dtypes, sizes)
-        return [(trial, sizes) for trial in trials], times
+        best = self._best_trials(generate(schedule, self.target).kernels, dtypes, sizes)
+        return None if best is None else ([(trial, sizes) for trial in best[0]], best[1])
 
-    def _best_trials(self, kernels: list[Any], dtypes: dict[str, str], sizes: dict) -> tuple[list[Any], list[float]]:
+    def _best_trials(self, kernels: list[Any], dtypes: dict[str, str],
+                     sizes: dict) -> tuple[list[Any], list[float]] | None:
         """Each kernel's fastest trial (its own config and, for a looped reduction, LOOPED_TRIALS)
-        and that trial's time."""
+        and that trial's time, of the trials that load on the target; None when a kernel has none
+        (autotune.fit_to_target finds its final config)."""
         groups = [[kernel] + [replace(kernel, config=kernel.config | variant) for variant in _trial_variants(kernel)]
                   for kernel in kernels]
         build_cubins([trial for group in groups for trial in group], dtypes, self.target)
+        loadable = [[trial for trial in group if fits_target(trial, self.target)] for group in groups]
+        if not all(loadable):
+            return None
         timed = [min(((self.timer(trial, sizes), j, trial) for j, trial in enumerate(group)), key=lambda t: t[:2])
-                 for group in groups]
+                 for group in loadable]
         return [trial for _, _, trial in timed], [ms for ms, _, _ in timed]
 
     def _kernel(self, group: KernelGroup, read_writes: dict[str, ReadWrites], program: Program,

@@ -36,7 +36,7 @@ def describe(artifact: Artifact) -> str:
         lines.append(f"    from wire nodes {', '.join(kernel['origins'])}")
         if kernel.get("autotune"):
             trials = kernel["autotune"]
-            timings = ", ".join(f"{ms:.4f}" for ms in trials["ms"])
+            timings = ", ".join("does not load" if ms is None else f"{ms:.4f}" for ms in trials["ms"])
             lines.append(f"    tuned: candidate {trials['chosen']} of {len(trials['ms'])} ({timings} ms)"
                          + (" from the tuning cache" if trials["cached"] else ""))
     externs = [s for s in plan["steps"] if s["op"] == "extern"]

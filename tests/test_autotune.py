@@ -9,12 +9,14 @@ import pytest
 import compiler
 from compiler.autotune import MemoryTuningCache, autotune_kernels, benchmark_buffers, candidate_configs
 from compiler.codegen import generate_kernel
+from compiler.codegen.aot import MAX_SHARED_BYTES, AotError, shared_bytes
 from compiler.lowering import lower
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, schedule
 from tests.corpus import load_graph
 
 TARGET = "cuda:sm_90"
+HEURISTIC = {"autotune": False, "benchmark_fusion": False}
 
 
 def softmax_kernel():
@@ -531,3 +533,71 @@ def test_a_tiled_transpose_is_also_tried_in_narrow_tiles():
     assert kernel.config.get("tiled")
     tiles = {(c["XBLOCK"], c["RBLOCK"]) for c in candidate_configs(kernel)}
     assert {(16, 64), (64, 16), (32, 32)} <= tiles
+
+
+
+def _limit_shared(monkeypatch, limit: int) -> None:
+    """A target whose blocks may use `limit` bytes of shared memory (an H100's may use 232448)."""
+    monkeypatch.setitem(MAX_SHARED_BYTES, 90, limit)
+
+
+def _needs(manifest_kernel: dict) -> int:
+    """The shared memory a manifest's kernel needs per block."""
+    return manifest_kernel["cubin_metadata"]["metadata"]["shared"]
+
+
+def _softmax_rows():
+    """Rows of 2000: the heuristic holds each in registers on 4 warps, which meet in shared memory."""
+    import torch
+
+    return _trace(lambda a: torch.softmax(a, -1), torch.randn(64, 2000))
+
+
+def test_candidates_that_would_not_load_are_not_timed_and_the_fastest_that_loads_wins(monkeypatch):
+    """A candidate whose cubin needs more shared memory than a block may use builds but does not load
+    (PoolFormer's GroupNorm statistics asked for 512 KiB on an H100): it gets no timing, None in the
+    manifest, and cannot be chosen however fast it would be."""
+    from compiler.autotune import tune_and_build
+    from compiler.codegen import generate
+
+    scheduled = schedule(lower(_softmax_rows()), CompileOptions())
+    generated = generate(scheduled, TARGET)
+    (kernel,) = generated.kernels
+    heuristic_needs = _needs(compiler.compile(_softmax_rows(), TARGET, HEURISTIC).manifest["kernels"][0])
+    _limit_shared(monkeypatch, heuristic_needs - 1)
+    timed = []
+
+    def prefer_many_warps(trial, _sizes):
+        timed.append(shared_bytes(trial))
+        return 1.0 / trial.config["num_warps"]
+
+    monkeypatch.setattr("compiler.autotune.gpu_timer", lambda target: prefer_many_warps)  # the fake GPU
+    tune_and_build(generated, scheduled, TARGET, CompileOptions())
+    assert timed and max(timed) < heuristic_needs
+    assert kernel.tuning["ms"][0] is None and kernel.tuning["ms"][kernel.tuning["chosen"]] is not None
+    assert shared_bytes(kernel) < heuristic_needs
+
+
+def test_a_heuristic_config_that_would_not_load_gives_way_to_a_candidate_that_does(monkeypatch):
+    """Without a GPU (no timing), a kernel whose heuristic config needs more shared memory than a
+    block may use takes the first of its candidates that fits; none fitting is a clear error."""
+    (heuristic,) = compiler.compile(_softmax_rows(), TARGET, HEURISTIC).manifest["kernels"]
+    needs = _needs(heuristic)
+    assert 0 < needs <= MAX_SHARED_BYTES[90]
+    _limit_shared(monkeypatch, needs - 1)
+    (fitted,) = compiler.compile(_softmax_rows(), TARGET, HEURISTIC).manifest["kernels"]
+    assert fitted["config"] != heuristic["config"] and _needs(fitted) < needs
+    _limit_shared(monkeypatch, -1)
+    with pytest.raises(AotError, match="no launch config fits the shared memory of a block"):
+        compiler.compile(_softmax_rows(), TARGET, HEURISTIC)
+
+
+def test_a_fusion_whose_kernel_would_not_load_is_not_timed_and_the_score_decides(monkeypatch):
+    """Benchmark-driven fusion times no kernel that would not load (here: none would, a block may use
+    no shared memory at all and every trial needs some): the judge gives no opinion."""
+    import torch
+
+    _limit_shared(monkeypatch, -1)
+    scheduled = _bench_schedule(lambda a: (a * 2, a.sum(-1)), [torch.randn(8, 300)], fused_ms=3.0, parts_ms=1.0)
+    assert scheduled.fusion_log["benchmarked"] == []
+    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 1  # the score's fusion

@@ -51,6 +51,22 @@ def cuda_arch(target: str) -> int:
     return int(target.removeprefix("cuda:sm_").rstrip("a"))
 
 
+# The shared memory one block may use, by arch (CUDA's opt-in limit per block; on an H100 Triton's
+# OutOfResources names the same 232448). A cubin that needs more builds, but does not load.
+MAX_SHARED_BYTES = {70: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
+
+
+def shared_bytes(kernel: Any) -> int:
+    """The shared memory a built kernel's cubin needs per block."""
+    return int(kernel.cubin_metadata["metadata"].get("shared", 0))
+
+
+def fits_target(kernel: Any, target: str) -> bool:
+    """Whether a built kernel's cubin loads on the target (its shared memory; an arch not listed passes)."""
+    limit = MAX_SHARED_BYTES.get(cuda_arch(target))
+    return limit is None or shared_bytes(kernel) <= limit
+
+
 def build_cubins(kernels: list[Any], dtypes: dict[str, str], target: str, timeout_s: float = 600) -> None:
     """Fills `cubin` and `cubin_metadata` of every KernelSource in place, building in parallel."""
     if not kernels:
