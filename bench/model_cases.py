@@ -21,13 +21,15 @@ value ranges) and the wire graph; no tensor data beyond tiny constants.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -81,21 +83,43 @@ class CaseSet:
 # ---------------------------------------------------------------------------------
 
 
+# One source's capture may take this long; a longer one is reported as not cut and the next goes on
+# (Mamba's bench-size capture runs its slow-path scan one token at a time, and held up the models
+# after it until the GPU machine's call ended, H100 2026-11-27).
+CAPTURE_LIMIT_S = 300.0
+
+
 def extract_cases(size: str, sources: list[str] | None = None, whole_graphs: bool = False,
                   progress: Callable[[str], None] = lambda line: None, known: Iterable[Case] = (),
-                  channels_last: str = "off") -> CaseSet:
+                  channels_last: str = "off", capture_limit_s: float = CAPTURE_LIMIT_S) -> CaseSet:
     """Captures each source at `size` (bench/model_capture.py; `channels_last` as the backend's
-    setting) and makes the case set of its graphs."""
-    from bench.model_capture import SOURCES, capture_source
+    setting), each within `capture_limit_s`, and makes the case set of its graphs."""
+    from bench import model_capture
 
     def capture(source: str) -> list[CapturedGraph] | Exception:
         try:
-            return capture_source(source, size, channels_last)
+            with time_limit(capture_limit_s):
+                return model_capture.capture_source(source, size, channels_last)
         except Exception as exc:  # one source that cannot be captured must not hide the others
             return exc
 
-    captured = ((source, capture(source)) for source in sources or list(SOURCES))
+    captured = ((source, capture(source)) for source in sources or list(model_capture.SOURCES))
     return cases_from_graphs(captured, whole_graphs, progress, known)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raises TimeoutError in the main thread once `seconds` have passed inside the block."""
+    def expire(signum, frame):
+        raise TimeoutError(f"took over {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def cases_from_graphs(captured: Iterable[tuple[str, list[CapturedGraph] | Exception]], whole_graphs: bool = False,
@@ -254,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--channels-last", choices=("off", "auto", "on"), default="off",
                         help="rewrite convolutions as the backend's channels_last setting does (docs/CLIENT.md); "
                              "bench/cases is captured with off, bench/channels_last with auto on the GPU")
+    parser.add_argument("--capture-limit-s", type=float, default=CAPTURE_LIMIT_S,
+                        help="seconds one source's capture may take; a longer one is reported as not cut")
     parser.add_argument("--one-per-family", type=int, metavar="MIN_BYTES", default=None,
                         help="keep, of cases moving at least MIN_BYTES, the largest of each family "
                              "(same ops in order and input dtypes, any sizes)")
@@ -261,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     sources = [s for s in args.sources.split(",") if s] or None
     known = [case for folder in args.exclude_dir for case in load_cases(folder)]
     result = extract_cases(args.size, sources, args.whole_graphs, progress=lambda line: print(line, flush=True),
-                           known=known, channels_last=args.channels_last)
+                           known=known, channels_last=args.channels_last, capture_limit_s=args.capture_limit_s)
     if args.one_per_family is not None:
         result.cases = one_per_family(result.cases, args.one_per_family)
     write_cases(result.cases, args.out, set(result.reports))

@@ -434,6 +434,27 @@ def test_known_cases_are_left_out_and_a_failed_capture_is_reported_not_raised(ca
     assert result.reports["broken"].failed == ["capture: RuntimeError: no capture"]
 
 
+def test_a_capture_past_its_time_limit_is_reported_and_the_next_source_still_runs(monkeypatch, captured):
+    """Mamba's bench-size capture ran one Python step per token and held up every source after it:
+    each capture has a time limit, past which it is reported as not cut."""
+    import time as clock
+
+    from bench import model_capture
+    from bench.model_cases import extract_cases
+
+    def capture_source(source, size, channels_last):
+        if source == "slow":
+            clock.sleep(5)
+        return captured["gpt2"]
+
+    monkeypatch.setattr(model_capture, "capture_source", capture_source)
+    started = clock.perf_counter()
+    result = extract_cases("tiny", ["slow", "gpt2"], capture_limit_s=0.5)
+    assert clock.perf_counter() - started < 4
+    assert result.reports["slow"].failed == ["capture: TimeoutError: took over 0.5 s"]
+    assert result.reports["gpt2"].kept > 0
+
+
 def test_census_lists_the_cases_whose_sources_a_switch_changes_and_puts_the_switch_back():
     from bench.census import changed_cases
     from compiler import split_reductions
