@@ -266,13 +266,17 @@ def fit_to_target(kernels: list[Any], dtypes: dict[str, str], target: str, regen
     """Every built kernel whose cubin would not load on the target (more shared memory than a block
     may use) takes the first of its candidate configs that does, in place; AotError when none does."""
     for kernel in [k for k in kernels if not fits_target(k, target)]:
-        trials = _plan(kernel, target, MemoryTuningCache(), regenerate).trials[1:]  # [0] is the kernel's own config
+        trials = _candidate_trials(kernel, candidate_configs(kernel, can_regenerate=regenerate is not None),
+                                   regenerate)[1:]  # [0] is the kernel's own config
         build_cubins(trials, dtypes, target)
         fitting = next((trial for trial in trials if fits_target(trial, target)), None)
         if fitting is None:
-            raise AotError(f"kernel {kernel.name}: no launch config fits the shared memory of a block on {target} "
-                           f"({kernel.config} needs {shared_bytes(kernel)} bytes)")
+            raise _no_config_loads(kernel, target, f" ({kernel.config} needs {shared_bytes(kernel)} bytes)")
         _adopt(kernel, fitting)
+
+
+def _no_config_loads(kernel: Any, target: str, detail: str = "") -> AotError:
+    return AotError(f"kernel {kernel.name}: no launch config fits the shared memory of a block on {target}{detail}")
 
 
 def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str, BufferSpec], target: str,
@@ -309,9 +313,13 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
 def _plan(kernel: Any, target: str, cache: TuningCache, regenerate: Regenerate | None) -> _Tuning:
     candidates = candidate_configs(kernel, can_regenerate=regenerate is not None)
     key = tuning_key(kernel, target, candidates)
-    trials = [regenerate(kernel, config) if needs_own_source(config, kernel.config)
-              else replace(kernel, config=config) for config in candidates]
-    return _Tuning(kernel, candidates, key, cache.get(key), trials)
+    return _Tuning(kernel, candidates, key, cache.get(key), _candidate_trials(kernel, candidates, regenerate))
+
+
+def _candidate_trials(kernel: Any, candidates: list[dict], regenerate: Regenerate | None) -> list[Any]:
+    """One trial kernel per candidate config, written anew where the config needs its own source."""
+    return [regenerate(kernel, config) if needs_own_source(config, kernel.config)
+            else replace(kernel, config=config) for config in candidates]
 
 
 def _decide(tuning: _Tuning, sizes: dict[str, BufferSpec], cache: TuningCache, timer: Timer, target: str) -> None:
@@ -322,8 +330,7 @@ def _decide(tuning: _Tuning, sizes: dict[str, BufferSpec], cache: TuningCache, t
         timings = [timer(trial, sizes) if fits_target(trial, target) else None for trial in tuning.trials]
         loadable = [j for j, ms in enumerate(timings) if ms is not None]
         if not loadable:
-            raise AotError(f"kernel {tuning.kernel.name}: no launch config fits the shared memory of a block on "
-                           f"{target}")
+            raise _no_config_loads(tuning.kernel, target)
         fastest = min(timings[j] for j in loadable)
         contenders = [j for j in loadable if timings[j] <= fastest * (1 + CLOSE_CALL)]
         if len(contenders) > 1:

@@ -80,7 +80,6 @@ def unit_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[bool,
     return int(np.sum(along_x == 1)) * 4 >= samples * 3, int(np.sum(along_r == 1)) * 4 >= samples * 3
 
 
-@functools.lru_cache(maxsize=1 << 14)
 def median_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[int, int]:
     """How far, in elements, one step along xindex (resp. rindex) moves the address, the median
     over sampled points."""
@@ -88,8 +87,10 @@ def median_steps(index, rows: int, columns: int, samples: int = 12) -> tuple[int
     return int(np.median(np.abs(along_x))), int(np.median(np.abs(along_r)))
 
 
+@functools.lru_cache(maxsize=1 << 14)  # unit_steps and median_steps ask about the same index in turn
 def _step_deltas(index, rows: int, columns: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
-    """The address moves of one step along xindex and along rindex at `samples` sampled points."""
+    """The address moves of one step along xindex and along rindex at `samples` sampled points
+    (read-only: the arrays are shared by every caller)."""
     rng = random.Random(0)
     points = [(rng.randrange(max(rows - 1, 1)), rng.randrange(max(columns - 1, 1))) for _ in range(samples)]
     xs, rs = (np.array(column, dtype=np.int64) for column in zip(*points))

@@ -9,13 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from compiler.bounds import WorkLimits
-from compiler.fx_import import from_fx
 from compiler.lowering import lower
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, schedule
+from tests.test_row_order import _reduction_groups
 from tests.test_scheduler import compile_and_check
 
 STRIDED = "strided along both axes"
@@ -37,8 +36,7 @@ def _channels_last(*shape):
 
 
 def _schedule(fn, *inputs):
-    graph = from_fx(make_fx(fn)(*inputs), list(inputs))
-    return schedule(lower(graph, WorkLimits()), CompileOptions(autotune=False, benchmark_fusion=False), None)
+    return _reduction_groups(fn, *inputs)[1]
 
 
 def _refusals(planned) -> list[str]:
