@@ -47,9 +47,9 @@ from compiler.inline_gathers import (
     TRANSPOSED_TRIAL, gathered_producers, inline_gathered_producers, inline_transposed_producers, transposed_producers,
 )
 from compiler.split_reductions import split_reductions
+from compiler.pointwise_order import choose_pointwise_layout
 from compiler.row_order import choose_row_order
 from compiler.strided_fusion import strided_in_reduction
-from compiler.tiling import choose_tiling
 
 MAX_FUSION_ROUNDS = 10
 # A kernel moving less than this costs more in its launch (a few microseconds) than in its bytes:
@@ -185,9 +185,9 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
     itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
     for step in steps:
         if isinstance(step, KernelGroup):
-            tiled = choose_tiling(step.nodes, step.mapping, read_writes, itemsize)
-            if tiled is not None:
-                step.mapping, step.tiled = tiled, True
+            laid_out = choose_pointwise_layout(step.nodes, step.mapping, read_writes, itemsize, step.internal)
+            if laid_out is not None:
+                step.mapping, step.tiled = laid_out
             reordered = None if step.mix_rows else choose_row_order(step.nodes, step.mapping, read_writes,
                                                                     itemsize, step.internal)
             if reordered is not None:

@@ -2,10 +2,12 @@
 (transpose + add, permute copies), as the seed's select_tiling does.
 
 A pointwise group's flat iteration space N is split as Y x X at a boundary of its
-anchor's dims; the kernel then walks [XBLOCK, RBLOCK] tiles with `xindex` over Y and
-`rindex` over X. A split is a candidate when every access is contiguous along one of
-the two tile axes and both axes have some; the candidate with the most coalesced
-bytes wins. A group with no such split keeps its 1D kernel.
+anchor's dims (compiler/pointwise_order.py takes another order only where no tile is
+needed); the kernel then walks [XBLOCK, RBLOCK] tiles with `xindex` over Y and `rindex`
+over X. A split is a candidate when every access to memory is contiguous along one of the
+two tile axes and both axes have some (buffers kept in registers move no bytes and have no
+say); the candidate with the most coalesced bytes wins. A group with no such split keeps
+its 1D kernel.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ TILE = 64
 
 
 def choose_tiling(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
-                  itemsize: dict[str, int]) -> GroupMapping | None:
+                  itemsize: dict[str, int], internal: set[str]) -> GroupMapping | None:
+    """The tiled mapping, or None to keep the 1D kernel. `internal`: the group's buffers that
+    stay in registers (they move no bytes, so they have no say)."""
     if any(n.is_reduction for n in nodes) or mapping.numel < MIN_TILED_NUMEL:
         return None
     anchor = nodes[0]  # the kernel's flat index walks the anchor's dims in memory order
@@ -38,7 +42,7 @@ def choose_tiling(nodes: list, mapping: GroupMapping, read_writes: dict[str, Rea
         if -(-inner // TILE) > MAX_GRID_Y:
             continue
         tiled = retile(mapping, outer, inner)
-        score = _coalesced_bytes(nodes, tiled, read_writes, itemsize)
+        score = _coalesced_bytes(nodes, tiled, read_writes, itemsize, internal)
         if score is not None and (best is None or score > best[0]):
             best = (score, tiled)
     return best[1] if best else None
@@ -50,14 +54,14 @@ def retile(mapping: GroupMapping, outer: int, inner: int) -> GroupMapping:
 
 
 def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, ReadWrites],
-                     itemsize: dict[str, int]) -> int | None:
+                     itemsize: dict[str, int], internal: set[str]) -> int | None:
     """Bytes of accesses contiguous along rindex plus along xindex, if both axes have some
     and no access is strided along both (then tiling would not help it)."""
     along_x = along_r = 0
     for node in nodes:
         rw = read_writes[node.name]
         for dep in rw.reads | rw.writes:
-            if not isinstance(dep, MemoryDep):
+            if not isinstance(dep, MemoryDep) or dep.buffer in internal:
                 continue
             index = tiled.nodes[node.name].apply(dep.index, tiled.bounds)
             if RINDEX not in index.free_symbols:
