@@ -41,6 +41,8 @@ Per mode:
                  it is nobody's
   fallbacks      graphs that ran eagerly (fusewire; on_error="raise" makes any fallback an error)
   loss           the first step's loss, a sanity check that the modes compute the same thing
+A mode or a model that fails gets a row with its `error` instead; the models after it still run,
+`--json` is rewritten after each model, and the command exits non-zero at the end.
 """
 
 from __future__ import annotations
@@ -298,17 +300,23 @@ def main() -> None:
     rows = []
     try:
         for name in args.models.split(","):
-            for row in measure_model(name, modes, args.steps, args.rounds, url, args.top_kernels, args.cprofile):
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            try:
+                for row in measure_model(name, modes, args.steps, args.rounds, url, args.top_kernels, args.cprofile):
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+            except Exception as error:  # one model's failure is its row; the models after it still run
+                rows.append({"model": name, "error": f"{type(error).__name__}: {error}"[:2000]})
+                print(json.dumps(rows[-1]), flush=True)
             gc.collect()  # the model's graphs and CUDA-graph pools go before the next model's peak is measured
             torch.cuda.empty_cache()
+            if args.json:  # after each model, so a run cut short keeps what it measured
+                args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                                 "rows": rows}, indent=1))
     finally:
         if stack is not None:
             stack.stop()
-    if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                         "rows": rows}, indent=1))
+    if any("error" in row for row in rows):
+        raise SystemExit(f"{sum('error' in row for row in rows)} model(s) failed: see their rows")
 
 
 if __name__ == "__main__":
