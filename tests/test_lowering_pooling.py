@@ -1,6 +1,7 @@
-"""max_pool2d_with_indices lowered as pointwise window work, against eager: values and the
-positions of the maxima (exactly: ties keep the first, NaN wins), padding, strides, dilation,
-ceil_mode, 3-D and channels-last inputs, and the pool's two outputs in one kernel."""
+"""max_pool2d_with_indices and avg_pool2d, and their backwards, lowered as pointwise window work,
+against eager: values and the positions of the maxima (exactly: ties keep the first, NaN wins),
+the averages' divisors (padding counted or not, ceil_mode windows, an override), padding,
+strides, dilation, 3-D and channels-last inputs, and the pool's two outputs in one kernel."""
 
 from __future__ import annotations
 
@@ -71,3 +72,36 @@ def test_max_pool2d_backward_of_a_3d_input_and_a_transposed_gradient():
         return torch.ops.aten.max_pool2d_with_indices_backward(grad_t.transpose(-1, -2), x, [3, 3], [2, 2], [1, 1],
                                                                1, False, indices)
     check(fn, rand((3, 10, 9)), rand((3, 5, 5)))
+
+
+AVG_POOLS = [  # kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    ([3, 3], [1, 1], [1, 1], False, False, None),   # PoolFormer's token mixer
+    ([3, 3], [2, 2], [1, 1], True, True, None),     # ceil_mode: the last window hangs past the padding
+    ([2, 2], [2, 2], [0, 0], False, True, None),    # DenseNet's transitions
+    ([3, 2], [2, 1], [1, 0], True, False, None),    # uneven window, padding not counted
+    ([3, 3], [], [1, 1], False, True, 5),           # stride defaults to the window; an override
+]
+
+
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16], ids=str)
+@pytest.mark.parametrize("kernel, stride, padding, ceil_mode, count_include_pad, divisor", AVG_POOLS, ids=str)
+def test_avg_pool2d_and_its_backward_match_eager(dtype, kernel, stride, padding, ceil_mode, count_include_pad, divisor):
+    def forward(x):
+        return torch.ops.aten.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
+
+    def backward(x, grad):
+        return torch.ops.aten.avg_pool2d_backward(grad, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                                                  divisor)
+
+    x = rand((2, 3, 13, 11), dtype)
+    check(forward, x)
+    check(backward, x, rand(tuple(forward(x).shape), dtype))
+
+
+def test_avg_pool2d_fuses_with_its_neighbours_on_a_channels_last_input():
+    def token_mixer(x):  # PoolFormer: pool(x) - x, then a residual add
+        return x + (torch.ops.aten.avg_pool2d(x, [3, 3], [1, 1], [1, 1], False, False) - x) * 0.5
+
+    result = check(token_mixer, rand((2, 5, 8, 7)).to(memory_format=torch.channels_last))
+    assert len(result.artifact.manifest["kernels"]) == 1
+    check(lambda x: torch.ops.aten.avg_pool2d(x, [2, 2], [2, 2]), rand((3, 10, 9)))  # a 3-D input

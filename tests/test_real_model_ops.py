@@ -39,9 +39,48 @@ def test_convolution_backward_without_the_input_gradient():
 
     graph, artifact, run = compiled(fn, grad, x, w)
     step = next(s for s in artifact.plan["steps"] if s["op"] == "extern")
-    assert step["positions"] == [1, 2]
+    assert step["positions"] == [1]  # the bias gradient is a kernel's sum (lowering/convolution_bias.py)
     for got, want in zip(run(grad, x, w), run_eager(graph, [grad, x, w])):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("shapes, transposed", [
+    (((2, 6, 9, 11), (4, 6, 3, 3), (4,)), False),   # conv2d
+    (((2, 3, 5, 6, 4), (4, 3, 3, 3, 3), (4,)), False),  # conv3d
+    (((2, 6, 13), (4, 6, 3), (4,)), False),         # conv1d
+    (((2, 4, 5, 6), (4, 3, 3, 3), (3,)), True),     # transposed conv2d: the bias is per output channel
+], ids=str)
+def test_a_convolutions_bias_and_its_gradient_are_kernels(shapes, transposed):
+    """cuDNN adds a bias in a separate ATen kernel and ATen sums its gradient in another: here the
+    convolution and its backward run without the bias, whose add and sum fuse with their neighbours."""
+    x, w, b = (torch.randn(*s) for s in shapes)
+    stride, padding, zeros = [1] * (w.dim() - 2), [1] * (w.dim() - 2), [0] * (w.dim() - 2)
+
+    def fn(x, w, b):
+        y = torch.ops.aten.convolution(x, w, b, stride, padding, stride, transposed, zeros, 1)
+        grad = torch.relu(y) * 0.5
+        grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
+            grad, x, w, list(b.shape), stride, padding, stride, transposed, zeros, 1, [True, True, True])
+        return y, grad_x, grad_w, grad_b
+
+    graph, artifact, run = compiled(fn, x, w, b)
+    externs = [s for s in artifact.plan["steps"] if s["op"] == "extern"]
+    assert [s["target"] for s in externs] == ["aten.convolution.default", "aten.convolution_backward.default"]
+    assert externs[0]["args"][2] is None and externs[1]["args"][10] == [True, True, False]
+    for got, want in zip(run(x, w, b), run_eager(graph, [x, w, b])):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_backward_asking_only_for_the_bias_gradient_calls_no_aten_op():
+    x, w, grad = torch.randn(2, 3, 9, 7), torch.randn(5, 3, 3, 3), torch.randn(2, 5, 7, 5)
+
+    def fn(grad, x, w):
+        return torch.ops.aten.convolution_backward(
+            grad, x, w, [5], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [False, False, True])[2]
+
+    graph, artifact, run = compiled(fn, grad, x, w)
+    assert extern_targets(artifact) == []
+    torch.testing.assert_close(run(grad, x, w)[0], run_eager(graph, [grad, x, w])[0])
 
 
 def test_channels_last_convolutions_plan_channels_last_results_and_the_ops_after_them_follow():

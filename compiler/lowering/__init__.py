@@ -6,7 +6,8 @@ Each wire node is lowered by the first of these that applies:
 2. PyTorch's decomposition of the op (`torch._decomp`), traced into ATen ops that are
    lowered in turn;
 3. an Extern node: the ATen op runs as is at run time. An op is never a compile failure
-   for lack of a lowering.
+   for lack of a lowering. A convolution's bias (and its gradient) is lowered apart from the
+   ATen call (lowering/convolution_bias.py).
 In-place ops (`add_`, `copy_`, ...) lower their functional twin and store the result
 into the mutated tensor. A graph constant is a read-only buffer the artifact carries; a
 0-d constant is folded into the kernels that read it. Every top-level node's output is
@@ -26,7 +27,7 @@ from compiler.fx_import import ConversionError, constant_tensor, from_arg, from_
 from compiler.gc_pause import paused_gc
 from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
-from compiler.lowering import registry
+from compiler.lowering import convolution_bias, registry
 from compiler.lowering.composite import outer_product
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
 from compiler.lowering.extern_layouts import device_layouts
@@ -192,6 +193,13 @@ def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, dept
             return _extern(ctx, target, args, kwargs)
     if not kwargs and ctx.out_meta and (product := outer_product(ctx, target, args)) is not None:
         return product
+    if target in convolution_bias.TARGETS and ctx.out_meta:
+        out_meta = ctx.out_meta
+        peeled = convolution_bias.peel_bias(target, args, kwargs, lambda t, a: lower_call(ctx, t, a, {}, depth + 1),
+                                            ctx.realize)
+        ctx.out_meta = out_meta  # the calls above set their own; the caller reads this op's
+        if peeled is not None:
+            return peeled
     if registry.always_extern(op) or not ctx.out_meta or _touches_extern_dtypes(ctx, args, kwargs):
         return _extern(ctx, target, args, kwargs)
     if target in registry.LOWERINGS:
