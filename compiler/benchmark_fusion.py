@@ -7,6 +7,9 @@ Not decisive (`uncertain`):
   input but makes one bigger kernel, which can cost registers and parallelism;
 - a looped reduction (a row too long for registers) with a pointwise part that walks the row:
   the fused kernel may re-read the row in a second loop;
+- a reduction with a part that loads a window of one buffer (a pooling backward, a stencil):
+  the window's loads repeat in the reduction's access order (compiler/window_fusion.py, which
+  keeps such a part apart when it is not timed);
 - recomputing instead of storing (compiler/inline_gathers.py): a result read only through
   gathers is recomputed at each gathered element, which saves writing and re-reading it but
   repeats its work (and its reads) once per gather. Here the whole program is scheduled both
@@ -38,6 +41,7 @@ from compiler.inline_gathers import GATHERED_TRIAL
 from compiler.ir import Program
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, Schedule, internal_buffers
+from compiler.window_fusion import window_in_reduction
 
 # What one more launch costs a step beyond its kernel's GPU time: about the runtime's host time per
 # launch (bench/host_overhead.py: 5-9 us on an H100 host) less what overlaps with the GPU's work.
@@ -77,7 +81,10 @@ def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_
     looped = fused.is_reduction and next_power_of_2(fused.rnumel) > GPU_PERSISTENT_LIMIT
     if looped and any(not n.is_reduction and fused.mapping.uses_rindex(n) for n in fused.nodes):
         return "looped reduction fused with work over the whole row"
+    if window_in_reduction(first.nodes, second.nodes, fused.is_reduction, read_writes):
+        return "reduction fused with a window's loads (pooling, a stencil): compiler/window_fusion.py"
     return None
+
 
 
 class FusionBenchmarker:

@@ -50,6 +50,8 @@ from compiler.split_reductions import split_reductions
 from compiler.pointwise_order import choose_pointwise_layout
 from compiler.row_order import choose_row_order
 from compiler.strided_fusion import strided_in_reduction
+from compiler import window_fusion
+from compiler.window_fusion import window_in_reduction
 
 MAX_FUSION_ROUNDS = 10
 # A kernel moving less than this costs more in its launch (a few microseconds) than in its bytes:
@@ -354,6 +356,10 @@ def fuse_nodes(steps: list[Step], predecessors: dict[str, set[str]], read_writes
                 if not keep:
                     log.refuse(first, second, record["reason"])
                     continue
+            elif window_fusion.REFUSE_UNTIMED and window_in_reduction(first.nodes, second.nodes, group.is_reduction,
+                                                                       read_writes, window_fusion.UNTIMED_WINDOW_LOADS):
+                log.refuse(first, second, window_fusion.REASON)
+                continue
             log.fused.append({"node1": first.name, "node2": second.name,
                               "bytes_saved": state.score(first, second)[0]})
             state.replace(first, second, group)

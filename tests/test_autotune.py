@@ -183,6 +183,22 @@ def test_benchmarking_overturns_a_horizontal_fusion_the_score_would_take():
     assert any("benchmark: fused" in r["reason"] for r in scheduled.fusion_log["refused"])
 
 
+def test_a_reduction_over_a_pooling_backward_is_timed_and_stays_apart_when_slower():
+    import torch
+
+    def fn(grad, x):  # PoolFormer's shape of work: an average-pool backward, then sums over its result
+        pooled = torch.ops.aten.avg_pool2d_backward(grad, x, [3, 3], [1, 1], [1, 1], False, False, None)
+        return (pooled * x).sum([2, 3])
+
+    inputs = [torch.randn(2, 4, 9, 9), torch.randn(2, 4, 9, 9)]
+    scheduled = _bench_schedule(fn, inputs, fused_ms=3.0, parts_ms=1.0)
+    decision = next(d for d in scheduled.fusion_log["benchmarked"] if d["why_benchmarked"].startswith("reduction fused"))
+    assert "window" in decision["why_benchmarked"] and decision["fused"] is False
+    assert len([s for s in scheduled.steps if isinstance(s, KernelGroup)]) == 2
+    plain = _bench_schedule(lambda g, x: (g * x).sum([2, 3]), inputs, fused_ms=3.0, parts_ms=1.0)
+    assert not any(d["why_benchmarked"].startswith("reduction fused") for d in plain.fusion_log["benchmarked"])
+
+
 def test_benchmarking_keeps_a_fusion_that_is_faster_and_records_both_timings():
     import torch
 
