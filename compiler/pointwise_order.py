@@ -29,9 +29,9 @@ import numpy as np
 from compiler.dependencies import MemoryDep, ReadWrites
 from compiler.index_points import evaluate
 from compiler.indexing import XINDEX
-from compiler.loop_mapping import GroupMapping, memory_order
+from compiler.loop_mapping import GroupMapping
 from compiler.row_order import reorder_rows
-from compiler.tiling import choose_tiling
+from compiler.tiling import choose_tiling, flat_sizes
 
 SAMPLES = 12
 ORDER_BY_MEMORY = True
@@ -56,13 +56,6 @@ def choose_pointwise_layout(nodes: list, mapping: GroupMapping, read_writes: dic
     if tiled is not None:
         return tiled, True
     return None if reordered is None else (reordered[0], False)
-
-
-def flat_sizes(nodes: list) -> list[int]:
-    """The sizes of the dims a pointwise kernel's flat index walks, outermost first: the
-    anchor's dims (not 1) in its memory order."""
-    anchor = nodes[0]
-    return [anchor.ranges[d] for d in memory_order(anchor) if anchor.ranges[d] != 1]
 
 
 def choose_flat_order(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],

@@ -34,8 +34,7 @@ def choose_tiling(nodes: list, mapping: GroupMapping, read_writes: dict[str, Rea
     stay in registers (they move no bytes, so they have no say)."""
     if any(n.is_reduction for n in nodes) or mapping.numel < MIN_TILED_NUMEL:
         return None
-    anchor = nodes[0]  # the kernel's flat index walks the anchor's dims in memory order
-    ranges = [anchor.ranges[d] for d in memory_order(anchor) if anchor.ranges[d] != 1]
+    ranges = flat_sizes(nodes)
     best: tuple[int, GroupMapping] | None = None
     for split in range(1, len(ranges)):
         outer, inner = math.prod(ranges[:split]), math.prod(ranges[split:])
@@ -46,6 +45,13 @@ def choose_tiling(nodes: list, mapping: GroupMapping, read_writes: dict[str, Rea
         if score is not None and (best is None or score > best[0]):
             best = (score, tiled)
     return best[1] if best else None
+
+
+def flat_sizes(nodes: list) -> list[int]:
+    """The sizes of the dims a pointwise kernel's flat index walks, outermost first: the
+    anchor's (its first node's) dims other than 1, in its memory order."""
+    anchor = nodes[0]
+    return [anchor.ranges[d] for d in memory_order(anchor) if anchor.ranges[d] != 1]
 
 
 def retile(mapping: GroupMapping, outer: int, inner: int) -> GroupMapping:

@@ -41,4 +41,5 @@ def reads_a_window(nodes: list, read_writes: dict[str, ReadWrites], loads: int =
 def window_in_reduction(first_nodes: list, second_nodes: list, fused_is_reduction: bool,
                         read_writes: dict[str, ReadWrites], loads: int = WINDOW_LOADS) -> bool:
     """Whether fusing two steps puts a window of `loads` or more loads into a reduction kernel."""
-    return fused_is_reduction and any(reads_a_window(nodes, read_writes, loads) for nodes in (first_nodes, second_nodes))
+    return fused_is_reduction and any(reads_a_window(nodes, read_writes, loads)
+                                      for nodes in (first_nodes, second_nodes))

@@ -56,7 +56,7 @@ def _forward(args: list, lower: Lower, realize: Realize) -> StorageView | None:
 def _backward(args: list, lower: Lower) -> Any | None:
     if len(args) != 11 or not isinstance(args[0], TensorValue) or not isinstance(args[10], (list, tuple)):
         return None
-    grad_output, weight, output_mask = args[0], args[2], list(args[10])
+    grad_output, output_mask = args[0], list(args[10])
     if len(output_mask) != 3 or not output_mask[2]:
         return None
     reduced = [0] + list(range(2, len(grad_output.size)))  # ATen's convolutions take batched inputs only

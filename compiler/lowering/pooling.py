@@ -150,7 +150,8 @@ def avg_pool2d(ctx: LoweringContext, x: TensorValue, kernel_size: Sequence[int],
                 h, w = oh * sh - ph + i, ow * sw - pw + j
                 inside = ops.logical_and(_in_range(ops, h, height), _in_range(ops, w, width))
                 position = list(index[:-2]) + [h, w]
-                total = ops.add(total, ops.masked(inside, lambda position=position: ops.to_dtype(x.load(ops, position), acc), 0.0))
+                value = ops.masked(inside, lambda position=position: ops.to_dtype(x.load(ops, position), acc), 0.0)
+                total = ops.add(total, value)
         return ops.truediv(total, divisor(ops, oh, ow))
 
     return Lazy(tuple(ctx.out_meta[0].shape), x.dtype, load)
