@@ -193,7 +193,7 @@ def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, dept
             return _extern(ctx, target, args, kwargs)
     if not kwargs and ctx.out_meta and (product := outer_product(ctx, target, args)) is not None:
         return product
-    if target in convolution_bias.TARGETS and ctx.out_meta:
+    if target in convolution_bias.TARGETS and ctx.out_meta and not _touches_extern_dtypes(ctx, args, kwargs):
         out_meta = ctx.out_meta
         peeled = convolution_bias.peel_bias(target, args, kwargs, lambda t, a: lower_call(ctx, t, a, {}, depth + 1),
                                             ctx.realize)
