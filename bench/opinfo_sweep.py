@@ -427,7 +427,11 @@ def main() -> None:
     if args.summary:
         print(summary(args.summary), end="")
         return
-    names = args.ops.split(",") if args.ops else sorted(all_ops())
+    known = all_ops()
+    names = args.ops.split(",") if args.ops else sorted(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:  # a child would die on the first one and silently drop the rest of its share
+        parser.error(f"no OpInfo with CPU float32 support is named {', '.join(unknown)}")
     if args.child:
         child(names, args.samples, args.jsonl)
     else:

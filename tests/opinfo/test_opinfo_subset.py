@@ -23,12 +23,14 @@ FUSED = [  # every sample: correct, and one kernel group or more with no extern 
     "nn.functional.cross_entropy", "nn.functional.nll_loss", "nn.functional.mse_loss",
     "nn.functional.binary_cross_entropy_with_logits", "softmax", "log_softmax", "cumsum", "where", "clamp",
     "masked_fill", "cat", "stack", "nn.functional.gelu", "nn.functional.silu", "dist", "resize_",
+    "nn.functional.avg_pool2d",
 ]
 CORRECT = [  # every sample correct, ATen calls allowed: each was once wrong or crashed in the sweep
     "nn.functional.linear_cross_entropy", "quantile", "nanquantile", "fft.rfft", "fft.ihfft2", "linalg.inv",
     "diagonal", "stft", "_native_batch_norm_legit", "_batch_norm_with_update", "nn.functional.embedding_bag",
     "index_select", "index_add", "scatter", "prod", "nn.functional.embedding", "pow",
     "nn.functional.feature_alpha_dropout.with_train", "bernoulli", "linalg.cond", "linalg.vector_norm",
+    "nn.functional.conv2d", "nn.functional.conv_transpose2d",  # their biases are kernels (lowering/convolution_bias.py)
 ]
 OPS = all_ops()
 
@@ -54,3 +56,12 @@ def test_op_is_correct(name):
     bad = [f"{r.dtype} {r.direction} #{r.sample}: {r.outcome} {r.detail}" for r in results
            if r.outcome not in ("fused", "extern")]
     assert not bad, "\n".join(bad)
+
+
+def test_the_sweep_names_an_unknown_op_instead_of_dropping_the_rest():
+    import subprocess
+
+    sweep = Path(__file__).resolve().parents[2] / "bench" / "opinfo_sweep.py"
+    result = subprocess.run([sys.executable, str(sweep), "--ops", "abs,nn.functional.fold"], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and "nn.functional.fold" in result.stderr
