@@ -36,6 +36,7 @@ from compiler.codegen.aot import AotError, build_cubins, fits_target, shared_byt
 from compiler.codegen.plan import build_plan, launch_grid
 from compiler.options import CompileOptions
 from compiler.dependencies import ReadWrites
+from compiler.graph import ITEMSIZES
 from compiler.ir import Program
 from compiler.scheduler import KernelGroup, Schedule
 
@@ -284,9 +285,9 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
                      regenerate: Regenerate | None = None) -> str:
     """Picks each kernel's config (and cubin) in place; returns the manifest's autotune note.
 
-    Every candidate of every kernel is built in one parallel batch, then timed kernel by kernel
-    until the budget is spent; a kernel the budget did not reach keeps its heuristic config
-    (or its cached choice, which needs no timing)."""
+    Every candidate of every kernel is built in one parallel batch, then timed kernel by kernel,
+    the kernels that move the most bytes first, until the budget is spent; a kernel the budget did
+    not reach keeps its heuristic config (or its cached choice, which needs no timing)."""
     if not options.autotune:
         return "autotuning off (options.autotune=false): heuristic launch configs"
     timer = timer or gpu_timer(target)
@@ -297,7 +298,9 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
     tunings = [_plan(kernel, target, cache, regenerate) for kernel in kernels]
     build_cubins([trial for t in tunings for trial in t.to_build()], dtypes, target)
     untimed = 0
-    for tuning in tunings:
+    # the biggest kernels first: where the budget runs out (a large backward graph), the kernels left
+    # on heuristic configs are the ones that move the fewest bytes
+    for tuning in sorted(tunings, key=lambda t: -_moved_bytes(t.kernel, sizes)):
         if tuning.known is None and time.perf_counter() - started > options.autotune_budget_s:
             _adopt(tuning.kernel, tuning.trials[0])  # fit_to_target replaces it if it does not load
             untimed += 1
@@ -308,6 +311,11 @@ def autotune_kernels(kernels: list[Any], dtypes: dict[str, str], sizes: dict[str
         return (f"time budget of {options.autotune_budget_s} s spent: {len(kernels) - untimed} of {len(kernels)} "
                 f"kernels tuned in {took:.1f} s, the rest use heuristics")
     return f"autotuned {len(kernels)} kernels on the GPU in {took:.1f} s"
+
+
+def _moved_bytes(kernel: Any, sizes: dict[str, BufferSpec]) -> int:
+    """Bytes of the buffers the kernel reads or writes, whole."""
+    return sum(sizes[name][0] * ITEMSIZES[sizes[name][1]] for name in kernel.arguments if name in sizes)
 
 
 def _plan(kernel: Any, target: str, cache: TuningCache, regenerate: Regenerate | None) -> _Tuning:

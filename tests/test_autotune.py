@@ -135,6 +135,31 @@ def test_options_turn_tuning_off_or_bound_it(options, expected):
     assert expected in note and kernel.config == heuristic and kernel.tuning is None
 
 
+def test_where_the_budget_runs_out_the_biggest_kernels_were_tuned_first(monkeypatch):
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler import autotune
+    from compiler.fx_import import from_fx
+
+    inputs = [torch.randn(4, 300), torch.randn(64, 300)]  # two kernels, the second 16 times the bytes
+    graph = from_fx(make_fx(lambda a, b: (a.sum(-1), b.sum(-1)))(*inputs), inputs)
+    program = lower(graph)
+    scheduled = schedule(program, CompileOptions())
+    dtypes, sizes = program.buffer_dtypes(), benchmark_buffers(program, scheduled.read_writes)
+    small, big = [generate_kernel(g, scheduled, dtypes, TARGET) for g in scheduled.steps if isinstance(g, KernelGroup)]
+    clock = [0.0]
+    monkeypatch.setattr(autotune, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])}))
+
+    def timer(trial, _):
+        clock[0] += 10.0  # the first kernel's timings spend the whole budget
+        return 1.0
+
+    note = autotune_kernels([small, big], dtypes, sizes, TARGET, CompileOptions(autotune_budget_s=5.0), None, timer)
+    assert "1 of 2 kernels tuned" in note
+    assert big.tuning is not None and small.tuning is None
+
+
 def test_without_a_gpu_the_heuristics_decide_and_the_manifest_says_so():
     artifact = compiler.compile(load_graph("softmax_fp32"), TARGET)
     assert "no GPU" in artifact.manifest["autotune"]
