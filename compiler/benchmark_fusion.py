@@ -86,7 +86,6 @@ def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_
     return None
 
 
-
 class FusionBenchmarker:
     """The `judge` that compiler.scheduler.schedule consults on a GPU worker."""
 
