@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.indexing import FloorDiv, ModularIndexing, affine_coefficients, digit_span, unflatten
+from compiler.indexing import Expr, FloorDiv, ModularIndexing, affine_coefficients, digit_span, unflatten
 from compiler.ir import ComputeNode, Layout, Program, Store
 from compiler.mixed_order import MIXABLE, mix_chunk
 
@@ -60,6 +60,7 @@ EXACT_CHUNKS = True  # bench/switch_ab.py turns it off to time the power-of-two 
 # A column reduction's chunk may be one digit of its row (row_digits) of at least this many rows.
 MIN_DIGIT_CHUNK = 32
 DIGIT_CHUNKS = True  # the digit rule's switch, for bench/switch_ab.py
+SIMPLIFIED_READS = True  # is_outer and row_digits read indices simplified by the node's ranges (off: as written)
 SOURCE_DEPTH = 8  # pointwise producers followed back to find a column and a row reduction's shared input
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "max": -math.inf, "min": math.inf}
 
@@ -112,20 +113,18 @@ def row_digits(node: ComputeNode, producers: dict[str, ComputeNode]) -> frozense
     rows x columns: d of the node's own `r // d` and `r % d`, and the run of rows that the
     producer reads contiguously (H * W of an NCHW tensor). A chunk of d rows reads such pieces
     whole, with no division in its index math."""
-    from compiler.dependencies import MemoryDep, extract_read_writes, node_index_symbols
+    from compiler.dependencies import node_index_symbols
 
     _, rindex = node_index_symbols(node)
     symbols = {s for s in rindex if not s.is_Integer}
     if len(symbols) != 1:
         return frozenset()
     digits = set()
-    for dep in extract_read_writes(node).reads:
-        if not isinstance(dep, MemoryDep):
-            continue
-        for piece in dep.index.atoms(FloorDiv, ModularIndexing):
+    for buffer, read in simplified_reads(node):
+        for piece in read.atoms(FloorDiv, ModularIndexing):
             if piece.args[0].free_symbols & symbols:
                 digits.update(digit_span(piece, node.rnumel))
-        producer = producers.get(dep.buffer)
+        producer = producers.get(buffer)
         if producer is not None:
             digits.update(_contiguous_row_runs(producer, node.numel, node.rnumel))
     return frozenset(d for d in digits if 1 < d < node.rnumel and d & (d - 1))
@@ -159,13 +158,13 @@ def _contiguous_row_runs(producer: ComputeNode, columns: int, rows: int) -> set[
 
 def is_outer(node: ComputeNode) -> bool:
     """A reduction whose loads are contiguous along an output dim, not along a reduced one."""
-    from compiler.dependencies import MemoryDep, extract_read_writes, node_index_symbols
+    from compiler.dependencies import node_index_symbols
     from compiler.indexing import affine_coefficients
 
     index, rindex = node_index_symbols(node)
     symbols = [s for s in index + rindex if not s.is_Integer]
-    for dep in extract_read_writes(node).reads:
-        affine = affine_coefficients(dep.index, symbols) if isinstance(dep, MemoryDep) else None
+    for _, read in simplified_reads(node):
+        affine = affine_coefficients(read, symbols)
         if affine is None:
             continue
         coefficients = affine[0]
@@ -175,6 +174,21 @@ def is_outer(node: ComputeNode) -> bool:
                 not any(c == 1 for s, c in coefficients.items() if s in rindex):
             return True
     return False
+
+
+def simplified_reads(node: ComputeNode) -> list[tuple[str, Expr]]:
+    """(buffer, index) of each memory read of the node, the index simplified by the node's ranges:
+    a read through views (GroupNorm's [N, G, C/G * H * W] of a channels-last tensor) is affine, and
+    has no digits, only once the divisions and modulos that the ranges make trivial are gone.
+    PoolFormer's GroupNorm backward judged one of its two sums over the same tensor inner and the
+    other outer, and split the first by a digit its reads did not have."""
+    from compiler.dependencies import MemoryDep, extract_read_writes, node_index_symbols
+    from compiler.indexing import simplify_index
+
+    index, rindex = node_index_symbols(node)
+    bounds = {s: size for s, size in zip(index + rindex, [*node.ranges, *node.reduction_ranges]) if not s.is_Integer}
+    return [(dep.buffer, simplify_index(dep.index, bounds) if SIMPLIFIED_READS else dep.index)
+            for dep in extract_read_writes(node).reads if isinstance(dep, MemoryDep)]
 
 
 def split_reductions(program: Program) -> None:

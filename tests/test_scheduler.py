@@ -287,6 +287,36 @@ def test_a_column_reduction_read_in_pieces_of_its_row_is_cut_at_that_digit(monke
     assert split_reductions.split_factor(768, 1568, True, frozenset({49})) == 8
 
 
+def test_group_norm_backward_sums_over_a_channels_last_tensor_are_all_outer_and_split_alike(monkeypatch):
+    """PoolFormer's GroupNorm(1) backward: per-(image, channel) sums over H x W, read through the
+    decomposition's views of channels-last tensors. Judged on the indices as written, one of the
+    two sums over the same tensor was inner (not split) and the other outer (split in 16)."""
+    from compiler.ir import ComputeNode
+    from compiler.lowering import lower
+
+    def fn(grad, x, mean, rstd, weight):
+        return torch.ops.aten.native_group_norm_backward(grad, x, mean, rstd, weight, 4, 16, 900, 1,
+                                                         [True, True, True])
+
+    cl = torch.channels_last
+    grad, x = (torch.randn(4, 16, 30, 30).contiguous(memory_format=cl) for _ in range(2))
+    inputs = [grad, x, torch.randn(4, 1), torch.rand(4, 1) + 0.5, torch.randn(16)]
+
+    def hw_sums():
+        program = lower(from_fx(make_fx(fn)(*inputs), inputs))
+        return [n for n in program.nodes if isinstance(n, ComputeNode) and n.is_reduction and n.rnumel == 900]
+
+    sums = hw_sums()
+    assert len(sums) == 2 and all(split_reductions.is_outer(n) for n in sums)
+    factors = {split_reductions.split_factor(n.numel, n.rnumel, True, split_reductions.row_digits(n, {}))
+               for n in sums}
+    assert len(factors) == 1
+    monkeypatch.setattr(split_reductions, "SIMPLIFIED_READS", False)
+    assert not all(split_reductions.is_outer(n) for n in hw_sums())
+    monkeypatch.undo()
+    compile_and_check(fn, *inputs)
+
+
 def test_a_crossed_column_sum_over_images_splits_per_image_and_its_nchw_stores_lose_their_division():
     """ConvNeXt's drop-path backward: per-image scale of an NCHW tensor, its channels-last copy
     summed over N x H x W. Chunks of one 7 x 7 image make the NCHW stores contiguous."""
