@@ -250,3 +250,16 @@ def test_per_row_loads_in_a_looped_reduction_and_under_a_masked_op():
         return (padded - per_row[:, None]).sum(1), (x * per_row[:, None]).amax(1)
 
     check(fn, rand((9, 5000)), rand((9,)))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # eager's "degrees of freedom is <= 0"
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.var_mean(x, correction=0),
+    lambda x: torch.std_mean(x, dim=-1),
+    lambda x: (x.sum(-1), x.mean(-1)),
+], ids=["var_mean", "std_mean_dim", "sum_mean_dim"])
+@pytest.mark.parametrize("shape", [(0,), (3, 0)], ids=str)
+def test_reductions_over_no_elements_read_nothing_and_give_eagers_nan(fn, shape):
+    """An empty row folds every index to a constant: the load stays masked (an unmasked one read
+    past an empty tensor and crashed), and a mean over nothing is NaN, not 0."""
+    check(fn, torch.randn(shape))

@@ -232,7 +232,8 @@ class KernelWriter(TritonMathOps):
         if buffer in self.group_writes:
             self.missed_loads.add(buffer)
         dtype = self.buffer_dtypes[buffer]
-        scalar = not index.free_symbols and not self._masks
+        # an empty loop (a reduction over no elements) reads nothing: its index may still fold to a constant
+        scalar = not index.free_symbols and not self._masks and all(self.bounds.values())
         if scalar:  # one element for the whole block (a learning rate, a scalar tensor): one scalar load
             # per thread, broadcast in registers, not one load per element the thread holds
             call = f"tl.load({self.pointer(buffer)} + {int(index)}"
@@ -405,7 +406,8 @@ class KernelWriter(TritonMathOps):
             self.section.lines.append(f"{pair}_value, {pair}_index = tl.reduce(({masked}, {indices}), 1, _fw_{kind}_combine)")
             return [self.emit(f"{pair}_index[:, None]", "int64")]
         if kind == "welford":  # two passes over registers: exact and cheap when the row is resident
-            count = float(max(self.bounds[RINDEX], 1))  # a row's every element (rows past xnumel are not stored)
+            # a row's every element (rows past xnumel are not stored); a row of none has a NaN mean, as in eager
+            count = float(self.bounds[RINDEX])
             mean = self.emit(f"tl.sum({masked}, 1)[:, None] / {count}", dtype)
             centered = self.emit(f"tl.where(rxmask, {value} - {mean}, 0.0)", dtype)
             return [mean, self.emit(f"tl.sum({centered} * {centered}, 1)[:, None]", dtype)]
