@@ -327,3 +327,19 @@ def test_shape_op_backward(name):
         return [y] + list(torch.autograd.grad(y, x, torch.ones_like(y) * 0.5))
 
     check(fn, rand((4, 6)))
+
+
+def test_as_strided_within_its_input_is_a_view_and_beyond_it_a_clear_error():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import compiler
+    from compiler.fx_import import from_fx
+    from compiler.lowering import LoweringError
+
+    check(lambda x: torch.ops.aten.as_strided(x, [2, 3], [1, 2], 3) * 2, rand((10,)))  # elements 3..8
+    # OpInfo's partial view: eager reads past the 10 elements, from a larger storage behind the input
+    # that the graph's input spec (shape and strides) does not describe: refused, not read out of bounds
+    x = torch.randn(20)[:10]
+    graph = from_fx(make_fx(lambda v: torch.ops.aten.as_strided(v, [2, 2], [1, 2], 10))(x), [x])
+    with pytest.raises(LoweringError, match="reaches element 13 of a tensor whose storage holds 10"):
+        compiler.compile(graph, "cpu")

@@ -77,7 +77,12 @@ def flip(ctx: LoweringContext, x: TensorValue, dims: Sequence[int]) -> TensorVal
 def as_strided(ctx: LoweringContext, x: TensorValue, size: Sequence[int], stride: Sequence[int],
                storage_offset: int | None = None) -> TensorValue:
     base = ctx.realize(x)
-    return views.as_strided(base, size, stride, storage_offset)
+    view = views.as_strided(base, size, stride, storage_offset)
+    reach, held = view.layout.storage_numel(), base.buffer.layout.storage_numel()
+    if reach > held:  # eager may read a larger storage behind a graph input; the wire format does not carry it
+        raise ctx.fail(f"as_strided {list(size)} with stride {list(stride)} from offset {view.layout.offset} reaches "
+                       f"element {reach - 1} of a tensor whose storage holds {held}")
+    return view
 
 
 @register("aten.split.Tensor")
