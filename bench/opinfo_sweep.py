@@ -369,14 +369,15 @@ def summary(path: Path) -> str:
     import triton
 
     follows_meta = sorted({r["op"] for r in tested if "follow PyTorch's meta kernel" in r["detail"]})
+    samples = 1 + max((int(r["sample"]) for r in rows), default=1)
     lines = ["# Coverage: PyTorch's OpInfo database", "",
              "fusewire against PyTorch's own op tests (`op_db`): every op with CPU float32 support, its first "
-             "2 sample inputs, float32 and bfloat16, forward and backward (gradients of a weighted sum of the "
+             f"{samples} sample inputs, float32 and bfloat16, forward and backward (gradients of a weighted sum of the "
              "outputs), traced with make_fx, converted with `compiler.fx_import`, compiled for `cpu` and run "
              "under Triton's interpreter; checked by Inductor's rule (bench/opinfo_sweep.py says exactly how). "
              "`tests/opinfo` runs a subset in CI.", "",
              f"Generated {datetime.date.today()} with torch {torch.__version__}, triton {triton.__version__}, by",
-             "", "    python bench/opinfo_sweep.py --jsonl results.jsonl && "
+             "", f"    python bench/opinfo_sweep.py --samples {samples} --jsonl results.jsonl && "
              "python bench/opinfo_sweep.py --summary results.jsonl > docs/COVERAGE.md", "",
              f"Ops: {len({r['op'] for r in rows})}. Samples tested: {len(tested)} (skipped: "
              f"{len(rows) - len(tested)}, where the sample has no tensor output, eager rejects it, or make_fx "
