@@ -117,6 +117,8 @@ def _is_multiple(term: Expr, n: int) -> bool:
 def unflatten(flat: Expr, sizes: Sequence[int]) -> list[Expr]:
     """Per-dimension indices of a row-major flat index over `sizes`."""
     total = math.prod(sizes)
+    if total == 0:  # a tensor of no elements: no index into it is ever evaluated
+        return [sympy.Integer(0) for _ in sizes]
     out: list[Expr] = []
     stride = 1
     for size in reversed(sizes):

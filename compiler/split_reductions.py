@@ -76,6 +76,8 @@ def split_factor(numel: int, rnumel: int, outer: bool = False, digits: frozenset
     keeps as many chunks as the cost model asks for."""
     from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2  # codegen imports this module
 
+    if numel == 0 or rnumel == 0:
+        return 1  # nothing to reduce, or no outputs: no second kernel
     programs = -(-numel // OUTER_XBLOCK) if outer else numel
     min_chunk = MIN_OUTER_CHUNK if outer else MIN_CHUNK
     factors = [1 << k for k in range(1, MAX_FACTOR.bit_length()) if rnumel >> k >= min_chunk]

@@ -263,3 +263,20 @@ def test_reductions_over_no_elements_read_nothing_and_give_eagers_nan(fn, shape)
     """An empty row folds every index to a constant: the load stays masked (an unmasked one read
     past an empty tensor and crashed), and a mean over nothing is NaN, not 0."""
     check(fn, torch.randn(shape))
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (lambda x: torch.softmax(x, -1), [(0, 5)]),
+    (lambda x: torch.log_softmax(x, -1), [(3, 0)]),
+    (lambda x: torch.nn.functional.layer_norm(x, (4,)), [(0, 4)]),
+    (lambda x: x.reshape(2, 0, 3).sum(1) + 1, [(0, 6)]),   # a view of no elements
+    (lambda a, b: torch.cat([a, b]) * 2, [(0,), (0,)]),     # only legacy empty pieces
+], ids=["softmax_no_rows", "log_softmax_empty_rows", "layer_norm_no_rows", "view_of_nothing", "cat_of_nothing"])
+def test_ops_over_zero_size_tensors_compile_and_match_eager(fn, shapes):
+    """OpInfo's later samples: each of these crashed the compiler (a division by zero in the split
+    cost model, a view's index math dividing by a zero stride, an empty list of cat pieces)."""
+    check(fn, *[torch.randn(s) for s in shapes])
+
+
+def test_gather_from_a_0d_tensor():
+    check(lambda x, i: torch.gather(x, 0, i) * 2, torch.tensor(3.5), torch.zeros(1, dtype=torch.int64))

@@ -86,6 +86,8 @@ def index_select(ctx: LoweringContext, x: TensorValue, dim: int, index_tensor: T
 
 @register("aten.gather.default")
 def gather(ctx: LoweringContext, x: TensorValue, dim: int, index_tensor: TensorValue, sparse_grad: bool = False) -> Lazy:
+    if x.rank == 0:  # a 0-d input is its only element whatever the (valid) index
+        return Lazy(ctx.out_size, ctx.out_dtype, lambda ops, index: x.load(ops, []))
     dim = normalize_dim(dim, x.rank)
     size = x.size[dim]
 

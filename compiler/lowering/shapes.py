@@ -104,8 +104,10 @@ def split_with_sizes(ctx: LoweringContext, x: TensorValue, sizes: Sequence[int],
 @register("aten.cat.default")
 def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> Lazy:
     tensors = [t for t in tensors if not (t.rank == 1 and t.size[0] == 0)]  # torch ignores legacy empty inputs
-    dim = views.normalize_dim(dim, tensors[0].rank)
     dtype = ctx.out_dtype
+    if not tensors:  # only legacy empty inputs: an empty result
+        return Lazy(ctx.out_size, dtype, lambda ops, index: ops.constant(0, compute_dtype(dtype)))
+    dim = views.normalize_dim(dim, tensors[0].rank)
     # an empty piece adds nothing (a KV cache's empty past); all empty: an empty result, any piece will do
     pieces = [t for t in tensors if t.size[dim] > 0] or tensors[:1]
     if len(pieces) == 1:  # one piece is a copy: no masks, so readers of the piece in the same kernel reuse its value
