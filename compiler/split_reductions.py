@@ -161,7 +161,6 @@ def _contiguous_row_runs(producer: ComputeNode, columns: int, rows: int) -> set[
 def is_outer(node: ComputeNode) -> bool:
     """A reduction whose loads are contiguous along an output dim, not along a reduced one."""
     from compiler.dependencies import node_index_symbols
-    from compiler.indexing import affine_coefficients
 
     index, rindex = node_index_symbols(node)
     symbols = [s for s in index + rindex if not s.is_Integer]

@@ -65,9 +65,7 @@ def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, kernel_size: S
             for j in range(kw):
                 h, w = oh * sh - ph + i * dh, ow * sw - pw + j * dw
                 hv, wv = ops.index_expr(h, "int64"), ops.index_expr(w, "int64")
-                inside = ops.logical_and(
-                    ops.logical_and(ops.ge(hv, ops.constant(0, "int64")), ops.lt(hv, ops.constant(height, "int64"))),
-                    ops.logical_and(ops.ge(wv, ops.constant(0, "int64")), ops.lt(wv, ops.constant(width, "int64"))))
+                inside = ops.logical_and(_in_range(ops, hv, height), _in_range(ops, wv, width))
                 position = list(index[:-2]) + [h, w]
                 value = ops.masked(inside, lambda position=position: ops.to_dtype(x.load(ops, position), dtype),
                                    float("-inf"))
@@ -114,21 +112,18 @@ def _covering(kernel: int, stride: int, pad: int, dilation: int, extent: int) ->
     position whose window may cover `position`. Undilated, the last such position is
     (position + pad) // stride and the others precede it: ceil(kernel / stride) candidates (4 for
     ResNet's 3x3 stride-2 pool, not 9). Dilated, one per window offset that divides evenly."""
-    def in_range(ops, value, high):
-        return ops.logical_and(ops.ge(value, ops.constant(0, "int64")), ops.lt(value, ops.constant(high, "int64")))
-
     def undilated(ops, position):
         last = FloorDiv(position + pad, stride)
         for back in range(-(-kernel // stride)):
             out = last - back
             covers = ops.lt(ops.index_expr(position + pad - out * stride, "int64"), ops.constant(kernel, "int64"))
-            yield ops.logical_and(in_range(ops, ops.index_expr(out, "int64"), extent), covers), out
+            yield ops.logical_and(_in_range(ops, ops.index_expr(out, "int64"), extent), covers), out
 
     def dilated(ops, position):
         for offset in range(0, kernel * dilation, dilation):
             numerator = ops.index_expr(position + pad - offset, "int64")
             divides = ops.eq(ops.remainder(numerator, ops.constant(stride, "int64")), ops.constant(0, "int64"))
-            yield ops.logical_and(in_range(ops, numerator, extent * stride), divides), FloorDiv(position + pad - offset, stride)
+            yield ops.logical_and(_in_range(ops, numerator, extent * stride), divides), FloorDiv(position + pad - offset, stride)
 
     return undilated if dilation == 1 else dilated
 
@@ -148,13 +143,14 @@ def avg_pool2d(ctx: LoweringContext, x: TensorValue, kernel_size: Sequence[int],
         for i in range(kh):
             for j in range(kw):
                 h, w = oh * sh - ph + i, ow * sw - pw + j
-                inside = ops.logical_and(_in_range(ops, h, height), _in_range(ops, w, width))
+                hv, wv = ops.index_expr(h, "int64"), ops.index_expr(w, "int64")
+                inside = ops.logical_and(_in_range(ops, hv, height), _in_range(ops, wv, width))
                 position = list(index[:-2]) + [h, w]
                 value = ops.masked(inside, lambda position=position: ops.to_dtype(x.load(ops, position), acc), 0.0)
                 total = ops.add(total, value)
         return ops.truediv(total, divisor(ops, oh, ow))
 
-    return Lazy(tuple(ctx.out_meta[0].shape), x.dtype, load)
+    return Lazy(ctx.out_size, x.dtype, load)
 
 
 @register("aten.avg_pool2d_backward.default")
@@ -203,6 +199,6 @@ def _divisor(dims: tuple[tuple[int, int, int, int], ...], count_include_pad: boo
     return divisor
 
 
-def _in_range(ops, position: Any, extent: int) -> Any:
-    value = ops.index_expr(position, "int64")
+def _in_range(ops, value: Any, extent: int) -> Any:
+    """Whether an int64 value lies in [0, extent)."""
     return ops.logical_and(ops.ge(value, ops.constant(0, "int64")), ops.lt(value, ops.constant(extent, "int64")))
