@@ -308,11 +308,15 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
 
 
 def _kernel_info(entry: dict) -> dict:
-    """What a slow case's diagnosis needs of one kernel: its sizes, config and tuned time."""
+    """What a slow case's diagnosis needs of one kernel: its sizes, config and tuned time, and the
+    time of the heuristic's config (candidate 0), which a kernel keeps where a large graph's tuning
+    budget runs out: how much the heuristics lose, over a whole set, says where to fit them next."""
     info = {"name": entry["name"], "numel": entry["numel"], "rnumel": entry["rnumel"], "config": entry["config"]}
     tuning = entry.get("autotune")
     if tuning:
         info["tuned_ms"] = tuning["ms"][tuning["chosen"]]
+        info["heuristic_ms"] = tuning["ms"][0]
+        info["heuristic_config"] = tuning["candidates"][0]
     return info
 
 
@@ -449,7 +453,21 @@ def target_lines(rows: list[dict]) -> list[str]:
     if planned:
         fast = sum(plan_copy_percent(row) >= 85 for row in planned)
         lines.append(f"...at 85 % of a copy's speed over the bytes their plan moves (plan_bytes): fusewire {fast} of {len(planned)}")
-    return lines
+    return lines + heuristic_lines(timed)
+
+
+def heuristic_lines(rows: list[dict]) -> list[str]:
+    """What autotuning gained over the heuristics' configs, over every tuned kernel of the rows
+    (rows recorded before `heuristic_ms` existed have none)."""
+    pairs = [(k["heuristic_ms"], k["tuned_ms"], k["name"]) for row in rows for k in row.get("kernel_info", [])
+             if k.get("heuristic_ms") and k.get("tuned_ms")]
+    if not pairs:
+        return []
+    gain = math.exp(sum(math.log(h / t) for h, t, _ in pairs) / len(pairs))
+    worst = sorted(pairs, key=lambda p: p[1] / p[0])[:3]
+    return [f"heuristic configs against tuned: {gain:.3f}x slower (geomean of {len(pairs)} kernels); "
+            f"{sum(h > 1.25 * t for h, t, _ in pairs)} over 1.25x, the worst "
+            + ", ".join(f"{name} {h / t:.2f}x" for h, t, name in worst)]
 
 
 def plan_copy_percent(row: dict) -> float:

@@ -136,6 +136,8 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     reduction over a short column (each needs its own source)."""
     base = kernel.config
     variants: list[dict] = []
+    if base.get("phases"):  # single programs in turn (compiler.single_programs): each phase's config is fixed
+        return [dict(base)]
     if base.get("tiled"):
         # narrow tiles too, as Inductor takes for small transposes (H100, 2026-11-27: ResNet's weight
         # copy of 256 x 128 x 3 x 3 to channels-last, Inductor's 16 x 64 5.6 us against our 32 x 32 5.7-6.4)

@@ -25,7 +25,9 @@ def describe(artifact: Artifact) -> str:
     for kernel in manifest["kernels"]:
         config = kernel["config"]
         shape = f"{kernel['numel']}" + (f" x {kernel['rnumel']}" if kernel["rnumel"] > 1 else "")
-        if config.get("tiled"):
+        if config.get("phases"):
+            kind = f"{len(config['phases'])} single-program kernels in turn, one launch"
+        elif config.get("tiled"):
             kind = "2D-tiled pointwise"
         elif kernel["rnumel"] > 1:
             kind = "persistent reduction" if config.get("persistent") else "looped reduction"

@@ -49,6 +49,7 @@ from compiler.inline_gathers import (
 from compiler.split_reductions import split_reductions
 from compiler.pointwise_order import choose_pointwise_layout
 from compiler.row_order import choose_row_order
+from compiler.single_programs import chain_single_programs
 from compiler.strided_fusion import strided_in_reduction
 from compiler import window_fusion
 from compiler.window_fusion import window_in_reduction
@@ -91,6 +92,7 @@ class KernelGroup:
     column_nodes: frozenset[str] = frozenset()  # a mixed-order kernel's reductions along its columns
     reverse_programs: bool = False  # programs numbered back to front (compiler.l2_reuse)
     reread_later: frozenset[str] = frozenset()  # buffers the next reader starts where this kernel ends
+    phases: tuple["KernelGroup", ...] = ()  # single-program kernels run in turn in one launch (compiler.single_programs)
 
     @property
     def numel(self) -> int:
@@ -195,6 +197,7 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
             if reordered is not None:
                 step.mapping, step.row_block = reordered
     plan_l2_reuse(steps, read_writes, program)
+    steps = chain_single_programs(steps, read_writes, program)
     for i, step in enumerate(s for s in steps if isinstance(s, KernelGroup)):
         step.name = kernel_name(step, i, program.origin_ops)
     return Schedule(program, steps, read_writes, log.to_json(steps, options))

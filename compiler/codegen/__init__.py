@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.codegen.heuristics import KernelShape, launch_config
-from compiler.codegen.group import assemble, dropped_stores, write_group
+from compiler.codegen.group import assemble, assemble_phases, dropped_stores, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
 from compiler.dependencies import MemoryDep
@@ -146,7 +146,36 @@ def access_directions(group: KernelGroup, read_writes: dict, buffers: dict) -> t
 def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str,
                     config: dict[str, Any] | None = None) -> KernelSource:
     """The group's kernel with the heuristics' launch config, or with `config` (autotuning's
-    persistent-or-looped candidates need their own source)."""
+    persistent-or-looped candidates need their own source). A group of phases
+    (compiler.single_programs) is one kernel running each phase, with its heuristic config, in turn."""
+    if group.phases:
+        return _phases_kernel(group, schedule, dtypes, target)
+    writer, dropped, config = _write_kernel(group, schedule, dtypes, target, config)
+    source, arguments = assemble(writer, dropped)
+    return KernelSource(
+        name=group.name, source=source, arguments=arguments, numel=group.numel, rnumel=group.rnumel,
+        config=config, nodes=group.node_names, origins=_origins(group),
+        crossed=group.is_reduction and not group.mix_rows and is_crossed(group, schedule.read_writes, schedule.program.buffers),
+    )
+
+
+def _phases_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str) -> KernelSource:
+    phases = [_write_kernel(phase, schedule, dtypes, target) for phase in group.phases]
+    source, arguments = assemble_phases(group.name, phases)
+    config = {"XBLOCK": 1, "RBLOCK": 1, "num_warps": max(c["num_warps"] for _, _, c in phases), "num_stages": 1,
+              "persistent": True, "phases": [{k: c[k] for k in ("XBLOCK", "RBLOCK", "persistent")} for _, _, c in phases]}
+    return KernelSource(name=group.name, source=source, arguments=arguments, numel=1,
+                        rnumel=max(p.rnumel for p in group.phases), config=config, nodes=group.node_names,
+                        origins=_origins(group))
+
+
+def _origins(group: KernelGroup) -> list[str]:
+    return sorted({o for n in group.nodes for o in n.origins})
+
+
+def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str,
+                  config: dict[str, Any] | None = None) -> tuple[KernelWriter, set[str], dict[str, Any]]:
+    """The group's kernel written (not yet assembled), the stores it drops, and its config."""
     config = config or launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
                                                  not group.mix_rows and is_outer_reduction(group, schedule.read_writes),
                                                  group.tiled, group.row_block, group.mix_rows), target)
@@ -161,9 +190,4 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
                           mix_rows=group.mix_rows, reverse_programs=group.reverse_programs,
                           reread_later=group.reread_later)
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
-    source, arguments = assemble(writer, dropped_stores(writer, group))
-    return KernelSource(
-        name=group.name, source=source, arguments=arguments, numel=group.numel, rnumel=group.rnumel,
-        config=config, nodes=group.node_names, origins=sorted({o for n in group.nodes for o in n.origins}),
-        crossed=group.is_reduction and not group.mix_rows and is_crossed(group, schedule.read_writes, buffers),
-    )
+    return writer, dropped_stores(writer, group), config

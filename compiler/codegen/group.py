@@ -124,21 +124,52 @@ def dropped_stores(writer: KernelWriter, group: KernelGroup) -> set[str]:
     return {b for b in group.internal if b not in writer.missed_loads}
 
 
+KERNEL_CONSTANTS = ["xnumel: tl.constexpr", "rnumel: tl.constexpr", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+
+
 def assemble(writer: KernelWriter, dropped: set[str]) -> tuple[str, list[str]]:
     """The kernel's source and its pointer arguments (buffer names, in order)."""
-    used = [b for b in writer.pointers if b not in dropped]
+    function, used = kernel_function(writer, dropped, writer.name)
+    return "\n".join(module_header(writer.helpers) + ["", ""] + function) + "\n", used
+
+
+def assemble_phases(name: str, phases: list[tuple[KernelWriter, set[str], dict]]) -> tuple[str, list[str]]:
+    """One kernel that runs each phase (writer, dropped stores, launch config) in turn in its one
+    program (compiler.single_programs), a barrier between phases: a phase's loads see what the
+    phases before it stored."""
+    functions: list[str] = []
+    calls: list[str] = []
+    arguments: list[str] = []
+    for i, (writer, dropped, config) in enumerate(phases):
+        function, used = kernel_function(writer, dropped, f"{name}_phase{i}")
+        functions += ["", "", *function]
+        arguments += [b for b in used if b not in arguments]
+        shape = [writer.bounds[XINDEX], writer.bounds[RINDEX], config["XBLOCK"], config["RBLOCK"]]
+        calls += ["tl.debug_barrier()"] if calls else []
+        calls.append(f"{name}_phase{i}({', '.join([f'ptr_{b}' for b in used] + [str(n) for n in shape])})")
+    signature = ", ".join([f"ptr_{b}" for b in arguments] + KERNEL_CONSTANTS)
+    lines = module_header(set().union(*(writer.helpers for writer, _, _ in phases))) + functions
+    lines += ["", "", "@triton.jit", f"def {name}({signature}):"] + [f"    {call}" for call in calls]
+    return "\n".join(lines) + "\n", arguments
+
+
+def module_header(helpers: set[str]) -> list[str]:
     lines = ["import triton", "import triton.language as tl", "from triton.language.extra import libdevice", ""]
-    for helper in sorted(writer.helpers):
+    for helper in sorted(helpers):
         lines += ["", HELPERS.get(helper) or PORTABLE_MATH[helper]]
-    signature = ", ".join([writer.pointers[b] for b in used] + ["xnumel: tl.constexpr", "rnumel: tl.constexpr",
-                                                                  "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"])
+    return lines
+
+
+def kernel_function(writer: KernelWriter, dropped: set[str], name: str) -> tuple[list[str], list[str]]:
+    """The kernel's jitted function, as lines, and its pointer arguments (buffer names, in order)."""
+    used = [b for b in writer.pointers if b not in dropped]
+    signature = ", ".join([writer.pointers[b] for b in used] + KERNEL_CONSTANTS)
     if writer.mix_rows:  # a mixed-order kernel (compiler/mixed_order.py): the row kernel in a loop over its rows
         rows = _mixed_row_step(writer) + writer.setup + _rendered_sections(writer, dropped) + writer.pending_after
         body = _mixed_prologue(writer) + [f"    {line}" for line in rows] + writer.after_rows
     else:
         body = _prologue(writer) + writer.setup + _rendered_sections(writer, dropped) + writer.pending_after
-    source = "\n".join(lines + ["", "", "@triton.jit", f"def {writer.name}({signature}):"] + [f"    {line}" for line in body])
-    return source + "\n", used
+    return ["@triton.jit", f"def {name}({signature}):"] + [f"    {line}" for line in body], used
 
 
 def _rendered_sections(writer: KernelWriter, dropped: set[str]) -> list[str]:

@@ -1,0 +1,95 @@
+"""Stage 3, after the order is set: single-program kernels share one launch, one after another.
+
+A kernel with one output element (the final pass of a full reduction, a global norm, a loss's
+mean, scalar bookkeeping) runs as one program of a few microseconds, and each such launch costs
+as much again: a gap on the GPU between dependent kernels, and the runtime's launch on the host.
+Where several come close together, they become one kernel (`KernelGroup.phases`) whose single
+program runs each of them in turn, a barrier between phases so that a phase reads what the ones
+before it stored (one block: its threads see each other's global stores after the barrier).
+
+`clip_grad_norm_` before AdamW: the final passes of three split norms, the norm of their stack and
+the clip factor were four launches; now one. Inductor makes fewer kernels there by fusing the final
+passes of reductions of different lengths into one; this does the same for any chain of
+single-program kernels, whatever their shapes.
+
+A phase may run later than its place in the order, past steps that neither read what it writes
+nor write what it reads; a step that does closes the chain before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.dependencies import ReadWrites
+from compiler.graph import ITEMSIZES
+from compiler.ir import Program
+
+CHAIN_SINGLE_PROGRAMS = True
+MAX_PHASES = 16  # a longer chain starts a new kernel (a long source compiles slowly)
+# A phase's buffers, whole, at most this much: a phase that moves later keeps its inputs alive
+# until then, which must cost nothing worth counting.
+PHASE_MAX_BYTES = 1 << 20
+
+
+def chain_single_programs(steps: list, read_writes: dict[str, ReadWrites], program: Program) -> list:
+    """`steps` in run order, each run of single-program kernels that can move together made one
+    kernel group with phases, placed where its last member was."""
+    from compiler.scheduler import KernelGroup  # the scheduler calls this module
+
+    if not CHAIN_SINGLE_PROGRAMS:
+        return steps
+    ordered: list = []
+    chain: list = []
+    chain_reads: set[str] = set()
+    chain_writes: set[str] = set()
+    start = 0  # where the chain's first member stood in `ordered`: a chain of one stays there
+
+    def close() -> None:
+        if len(chain) > 1:
+            ordered.append(chained(chain))
+        elif chain:
+            ordered.insert(start, chain[0])
+        chain.clear()
+        chain_reads.clear()
+        chain_writes.clear()
+
+    for step in steps:
+        reads, writes = _buffers(step, read_writes)
+        if isinstance(step, KernelGroup) and is_single_program(step, reads | writes, program):
+            if len(chain) == MAX_PHASES:
+                close()
+            if not chain:
+                start = len(ordered)
+            chain.append(step)
+            chain_reads.update(reads)
+            chain_writes.update(writes)
+            continue
+        if chain and (reads & chain_writes or writes & (chain_reads | chain_writes)):
+            close()
+        ordered.append(step)
+    close()
+    return ordered
+
+
+def is_single_program(group: Any, touched: set[str], program: Program) -> bool:
+    """A kernel group of one output element that moves little and is no special kind of kernel."""
+    if group.numel != 1 or group.tiled or group.mix_rows or group.phases:
+        return False
+    touched_bytes = sum(program.buffers[b].layout.storage_numel() * ITEMSIZES[program.buffers[b].dtype] for b in touched)
+    return touched_bytes <= PHASE_MAX_BYTES
+
+
+def chained(members: list) -> Any:
+    """One kernel group that runs `members` in turn (its nodes are theirs, in order)."""
+    from compiler.scheduler import KernelGroup
+
+    last = members[-1]
+    return KernelGroup(f"chain_{last.name}", [n for m in members for n in m.nodes], last.mapping,
+                       min(m.order for m in members), max(m.last for m in members),
+                       internal=set().union(*(m.internal for m in members)), phases=tuple(members))
+
+
+def _buffers(step: Any, read_writes: dict[str, ReadWrites]) -> tuple[set[str], set[str]]:
+    reads = set().union(*(read_writes[n].read_buffers() for n in step.node_names))
+    writes = set().union(*(read_writes[n].write_buffers() for n in step.node_names))
+    return reads, writes
