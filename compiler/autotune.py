@@ -70,7 +70,7 @@ CROSSED_PERSISTENT_RBLOCK = 2048
 CROSSED_MIN_PROGRAMS = 128
 # (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py). Pipelining its
 # loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards).
-MIXED_VARIANTS = ((1, 1), (1, 4), (2, 1), (2, 2), (4, 4), (4, 8), (8, 4))
+MIXED_VARIANTS = ((1, 1), (1, 4), (2, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 4))
 # A persistent reduction on one or two warps is also tried with this many of its elements per thread.
 THREAD_ELEMENTS = 32
 

@@ -4,6 +4,8 @@ checked on CPU. tests/gpu/test_gpu_autotune.py times real candidates."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 import compiler
@@ -500,6 +502,20 @@ def test_layer_norm_rows_start_one_per_program_on_one_warp():
     config = launch_config(KernelShape(8192, 768, True), "cuda:sm_90")
     assert (config["XBLOCK"], config["num_warps"], config["persistent"]) == (1, 1, True)
     assert launch_config(KernelShape(8192, 128, True), "cuda:sm_90")["XBLOCK"] > 1
+
+
+def test_a_mixed_kernel_over_rows_of_257_to_1024_starts_at_two_rows_on_two_warps_and_tries_four():
+    """The mixed-order heuristic fitted over every mixed kernel of the case sets (heuristics.MIXED_MID_ROWS);
+    the former default (2 rows on 4 warps) stays a candidate, shorter rows keep their wider steps."""
+    from compiler.codegen.heuristics import KernelShape, launch_config
+
+    for width in (384, 768, 1024):
+        config = launch_config(KernelShape(4096, width, True, mix_rows=8), "cuda:sm_90")
+        assert (config["XBLOCK"], config["num_warps"], config["mix_rows"]) == (2, 2, 8)
+        kernel = types.SimpleNamespace(config=config, numel=4096, rnumel=width)
+        assert {(c["XBLOCK"], c["num_warps"]) for c in candidate_configs(kernel)} >= {(2, 2), (2, 4), (4, 4)}
+    short = launch_config(KernelShape(100352, 96, True, mix_rows=128), "cuda:sm_90")
+    assert (short["XBLOCK"], short["num_warps"]) == (16, 4)
 
 
 def test_a_crossed_reduction_also_tries_column_tiles_with_their_own_source(monkeypatch):

@@ -26,6 +26,13 @@ OUTER_MIN_PROGRAMS = 256
 # of 8 configs the best for GPT-2's LayerNorm backward, 4 % and 8 % behind the best for BERT's and
 # ViT's (H100, 2026-11-24; autotuning tries the others).
 MIXED_STEP_ELEMENTS = 2048
+# ...except rows of 257-1024 elements, which take 2 rows on 2 warps. Fitted over every mixed kernel
+# of the four case sets (H200, 2026-11-27, bench/heuristic_fit.py: each kernel's autotuning
+# candidates timed): 2 rows on 4 warps ran 1.154x the fastest candidate's time (geomean of 17
+# kernels), up to 2.3x where a kernel does more per row (dropout backwards, several column sums);
+# 2 rows on 2 warps 1.045x, at most 1.19x, 1.030x on the sets fitted and 1.061x on the held-out
+# ones (BERT, GPT-2 and ViT's LayerNorm backwards; GPT-NeoX's, Mistral's and Swin's).
+MIXED_MID_ROWS = (256, 1024)
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,8 @@ def _mixed_config(shape: KernelShape, target: str) -> dict:
     """A mixed-order kernel: its whole row in registers (RBLOCK), XBLOCK of its program's mix_rows
     rows per step (a power of two that divides them)."""
     rblock = next_power_of_2(shape.rnumel)
+    if target != "cpu" and MIXED_MID_ROWS[0] < rblock <= MIXED_MID_ROWS[1]:
+        return _config(min(2, shape.mix_rows & -shape.mix_rows), rblock, 2, True) | {"mix_rows": shape.mix_rows}
     elements = CPU_BLOCK_ELEMENTS if target == "cpu" else MIXED_STEP_ELEMENTS
     xblock = max(1, min(shape.mix_rows & -shape.mix_rows, elements // rblock))
     num_warps = 4 if target == "cpu" else min(16, max(1, xblock * rblock // 512))
