@@ -69,8 +69,10 @@ CROSSED_PERSISTENT_RBLOCK = 2048
 # that gives 256 programs (EfficientNet's squeeze-and-excitation BatchNorm backward).
 CROSSED_MIN_PROGRAMS = 128
 # (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py). Pipelining its
-# loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards).
-MIXED_VARIANTS = ((1, 1), (1, 4), (2, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 4))
+# loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards);
+# 1 row on 1 warp and 4 rows on 8 warps never came within 3 % of the fastest (H200, 2026-11-27,
+# 34-35 kernels, bench/heuristic_fit.py).
+MIXED_VARIANTS = ((1, 4), (2, 1), (2, 2), (2, 4), (4, 4), (8, 4))
 # A persistent reduction on one or two warps is also tried with this many of its elements per thread.
 THREAD_ELEMENTS = 32
 
@@ -147,10 +149,11 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     elif base.get("mix_rows"):  # rows per step and warps; the rows per program are the split's
         variants = [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
+        # (H200, 2026-11-27, bench/heuristic_fit.py over 322 cases: a warp across 128-256 columns, a
+        # step's rows in its threads, on 1-2 warps, never came within 3 % of the fastest candidate in
+        # 74 and 39 kernels, and is no longer tried)
         variants = [{"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
                     {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 128, "RBLOCK": 16, "num_warps": 8},
-                    # a warp across 128-256 columns, a step's rows in its threads (see heuristics.outer_warps)
-                    {"XBLOCK": 128, "RBLOCK": 8, "num_warps": 1}, {"XBLOCK": 256, "RBLOCK": 8, "num_warps": 2},
                     # few columns (a mixed-order kernel's final pass): narrow blocks, more programs
                     {"XBLOCK": 4, "RBLOCK": 256}, {"XBLOCK": 8, "RBLOCK": 128}, {"XBLOCK": 8, "RBLOCK": 64, "num_warps": 2},
                     # short steps, twice the programs, as Inductor tiles them (H100, 2026-11-27: EfficientNet's
@@ -232,7 +235,10 @@ def _whole_columns(rnumel: int) -> list[dict]:
     once, and a second reduction over the same rows (welford's M2 after its mean) reads registers
     instead of looping over memory again."""
     rblock = _next_power_of_2(rnumel)
-    columns = sorted({1, max(1, 2048 // rblock), max(1, 4096 // rblock)})
+    # one column per program only where the column is long: over up to 128 rows it never came within
+    # 3 % of the fastest (0 of 66 kernels); over 1024 it was the pick in 16 of 25 (H200, 2026-11-27,
+    # bench/heuristic_fit.py)
+    columns = sorted({max(1, 2048 // rblock), max(1, 4096 // rblock)} | ({1} if rblock > 128 else set()))
     return [{"persistent": True, "XBLOCK": x, "RBLOCK": rblock, "num_warps": 4} for x in columns]
 
 
