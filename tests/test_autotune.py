@@ -518,6 +518,17 @@ def test_a_mixed_kernel_over_rows_of_257_to_1024_starts_at_two_rows_on_two_warps
     assert (short["XBLOCK"], short["num_warps"]) == (16, 4)
 
 
+def test_a_looped_row_reduction_with_few_rows_starts_on_long_steps_of_32_warps():
+    """heuristics.FEW_LOOPED_ROWS: a BatchNorm's statistics over 128 NCHW channels have a program per
+    channel, too few to keep memory busy on 8 warps; with more rows the default stays."""
+    from compiler.codegen.heuristics import KernelShape, launch_config
+
+    few = launch_config(KernelShape(128, 25088, True), "cuda:sm_90")
+    assert (few["XBLOCK"], few["RBLOCK"], few["num_warps"], few["persistent"]) == (1, 4096, 32, False)
+    many = launch_config(KernelShape(4096, 32000, True), "cuda:sm_90")
+    assert (many["RBLOCK"], many["num_warps"]) == (2048, 8)
+
+
 def test_a_crossed_reduction_also_tries_column_tiles_with_their_own_source(monkeypatch):
     """A BatchNorm backward reading channels-last and writing NCHW (EfficientNet's squeeze-and-
     excitation tail) is crossed: a row kernel that also tries tiles of columns x rows, written anew

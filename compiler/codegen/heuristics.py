@@ -22,6 +22,14 @@ CPU_BLOCK_ELEMENTS = 4096
 # 6304 x 768 19.1 (best 18.0, 4 rows on 1 warp): the best or within 6 %; autotuning still varies it.
 ONE_WARP_ROWS = (256, 1024)
 OUTER_MIN_PROGRAMS = 256
+# A looped row reduction with this many rows or fewer (a program each: about two per SM or fewer)
+# walks its row 4096 elements a step on 32 warps, to keep bytes enough in flight. H200, 2026-11-27,
+# bench/heuristic_fit.py: over the 9 such kernels of the case sets (BatchNorm statistics of NCHW
+# tensors over 128-256 channels, ResNet's, the CNN block's, EfficientNet's), the default 2048 on 8
+# warps ran 1.12-1.63x the fastest candidate's time, 4096 on 32 warps 1.00-1.04x. With more rows the
+# best config depends on the kernel (vocabulary-wide softmax statistics want 32 warps, their
+# backwards 8-16) and the default stays.
+FEW_LOOPED_ROWS = 256
 # A mixed-order kernel's [XBLOCK, RBLOCK] step (compiler/mixed_order.py): 2 rows of 1024 on 4 warps,
 # of 8 configs the best for GPT-2's LayerNorm backward, 4 % and 8 % behind the best for BERT's and
 # ViT's (H100, 2026-11-24; autotuning tries the others).
@@ -87,6 +95,8 @@ def _inner_config(shape: KernelShape) -> dict:
         xblock = max(1, row_block, min(rows, 2048 // rblock))
         num_warps = min(16, max(2, xblock * rblock // 512))
         return _config(xblock, rblock, num_warps, True)
+    if row_block == 1 and shape.numel <= FEW_LOOPED_ROWS:
+        return _config(1, 4096, 32, False)
     # A looped row, one per program. 8 warps or 16 depends on the kernel (H100, 2026-11-23: a
     # log_softmax of 4096 x 32000 bf16 in one kernel 0.49 ms with 8 warps, 0.35 with 16; with 16
     # as the default, ResNet's BatchNorm forward of 128 channels x 25088 went from 0.011 ms to
