@@ -21,8 +21,14 @@ from client.runtime import load
 from compiler.fx_import import to_fx
 
 
-def timed(case, inputs: list[torch.Tensor], reference: list[torch.Tensor]) -> dict:
-    artifact = compiler.compile(case.graph, cuda_target(), {"autotune": True, "benchmark_fusion": True})
+TUNED = {"autotune": True, "benchmark_fusion": True}
+# the heuristics' configs and the score's fusions, as a large graph gets them where its tuning
+# budget runs out: what an A/B of a heuristic compares
+UNTUNED = {"autotune": False, "benchmark_fusion": False}
+
+
+def timed(case, inputs: list[torch.Tensor], reference: list[torch.Tensor], options: dict = TUNED) -> dict:
+    artifact = compiler.compile(case.graph, cuda_target(), options)
     run = load(artifact)
     error = relative_error(run(*inputs), reference)
     kernels = [(k["name"], k["numel"], k["rnumel"], k["config"], (k.get("autotune") or {}).get("ms"))
@@ -37,9 +43,9 @@ def case_dirs(argument: str | None) -> list[Path]:
 
 
 def compare_modes(wanted: list[str], out: str, modes: list[str], set_mode: Callable[[str], None],
-                  shipped: str, folders: Sequence[Path] = (CASES_DIR,)) -> None:
+                  shipped: str, folders: Sequence[Path] = (CASES_DIR,), options: dict = TUNED) -> None:
     """Times every wanted case of each of `folders` under each mode (set_mode(mode) before its
-    compile), then puts the shipped mode back."""
+    compile, with compile `options`), then puts the shipped mode back."""
     for case in (c for folder in folders for c in load_cases(folder, wanted=wanted)):
         started = time.time()
         inputs = case_inputs(case, seed=0, device="cuda")
@@ -52,7 +58,7 @@ def compare_modes(wanted: list[str], out: str, modes: list[str], set_mode: Calla
                "copy": round(same_bytes_copy_ms(case.moved_bytes) * 1000, 2)}
         for mode in modes:
             set_mode(mode)
-            row[mode] = timed(case, inputs, reference)
+            row[mode] = timed(case, inputs, reference, options)
         set_mode(shipped)
         with open(out, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")

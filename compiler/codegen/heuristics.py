@@ -30,6 +30,7 @@ OUTER_MIN_PROGRAMS = 256
 # best config depends on the kernel (vocabulary-wide softmax statistics want 32 warps, their
 # backwards 8-16) and the default stays.
 FEW_LOOPED_ROWS = 256
+FEW_LOOPED_ROWS_RULE = True  # the switch for bench/switch_ab.py --untuned
 # A mixed-order kernel's [XBLOCK, RBLOCK] step (compiler/mixed_order.py): 2 rows of 1024 on 4 warps,
 # of 8 configs the best for GPT-2's LayerNorm backward, 4 % and 8 % behind the best for BERT's and
 # ViT's (H100, 2026-11-24; autotuning tries the others).
@@ -41,6 +42,7 @@ MIXED_STEP_ELEMENTS = 2048
 # 2 rows on 2 warps 1.045x, at most 1.19x, 1.030x on the sets fitted and 1.061x on the held-out
 # ones (BERT, GPT-2 and ViT's LayerNorm backwards; GPT-NeoX's, Mistral's and Swin's).
 MIXED_MID_ROWS = (256, 1024)
+MIXED_MID_ROWS_RULE = True  # the switch for bench/switch_ab.py --untuned
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def _inner_config(shape: KernelShape) -> dict:
         xblock = max(1, row_block, min(rows, 2048 // rblock))
         num_warps = min(16, max(2, xblock * rblock // 512))
         return _config(xblock, rblock, num_warps, True)
-    if row_block == 1 and shape.numel <= FEW_LOOPED_ROWS:
+    if FEW_LOOPED_ROWS_RULE and row_block == 1 and shape.numel <= FEW_LOOPED_ROWS:
         return _config(1, 4096, 32, False)
     # A looped row, one per program. 8 warps or 16 depends on the kernel (H100, 2026-11-23: a
     # log_softmax of 4096 x 32000 bf16 in one kernel 0.49 ms with 8 warps, 0.35 with 16; with 16
@@ -135,7 +137,7 @@ def _mixed_config(shape: KernelShape, target: str) -> dict:
     """A mixed-order kernel: its whole row in registers (RBLOCK), XBLOCK of its program's mix_rows
     rows per step (a power of two that divides them)."""
     rblock = next_power_of_2(shape.rnumel)
-    if target != "cpu" and MIXED_MID_ROWS[0] < rblock <= MIXED_MID_ROWS[1]:
+    if MIXED_MID_ROWS_RULE and target != "cpu" and MIXED_MID_ROWS[0] < rblock <= MIXED_MID_ROWS[1]:
         return _config(min(2, shape.mix_rows & -shape.mix_rows), rblock, 2, True) | {"mix_rows": shape.mix_rows}
     elements = CPU_BLOCK_ELEMENTS if target == "cpu" else MIXED_STEP_ELEMENTS
     xblock = max(1, min(shape.mix_rows & -shape.mix_rows, elements // rblock))
