@@ -123,19 +123,28 @@ def fit(rows: list[dict], fit_sets: set[str]) -> list[dict]:
         scores = [_slowdowns(r) for r in fitting]
         keys = {k for s in scores for k in s}
         shared = [k for k in keys if sum(k in s for s in scores) >= MIN_SHARE * len(scores)]
-        best = min(shared, key=lambda k: _geomean([s[k] for s in scores if k in s]), default=None)
+        best = min(shared, key=lambda k: _score(scores, k), default=None)
         entry = {"family": kind, "length": length, "kernels": len(fitting), "held_out_kernels": len(held_out),
-                 "heuristic": _geomean([_slowdowns(r).get(config_key(r["candidates"][0], r["rnumel"]), math.nan)
-                                        for r in fitting if r["ms"][0]]),
-                 "best": best, "best_score": _geomean([s[best] for s in scores if best in s]) if best else math.nan}
+                 "heuristic": _heuristic_score(fitting, scores),
+                 "best": best, "best_score": _score(scores, best) if best else math.nan}
         if held_out and best:
             held = [_slowdowns(r) for r in held_out]
-            entry["held_out_heuristic"] = _geomean([_slowdowns(r).get(config_key(r["candidates"][0], r["rnumel"]), math.nan)
-                                                    for r in held_out if r["ms"][0]])
-            entry["held_out_best"] = _geomean([s[best] for s in held if best in s])
+            entry["held_out_heuristic"] = _heuristic_score(held_out, held)
+            entry["held_out_best"] = _score(held, best)
             entry["held_out_best_coverage"] = sum(best in s for s in held)
         report.append(entry)
     return report
+
+
+def _score(slowdowns: list[dict[str, float]], key: str) -> float:
+    """A config's geomean slowdown over the kernels that tried it."""
+    return _geomean([s[key] for s in slowdowns if key in s])
+
+
+def _heuristic_score(rows: list[dict], slowdowns: list[dict[str, float]]) -> float:
+    """The heuristic's (candidate 0's) geomean slowdown over the rows where it was timed."""
+    return _geomean([s.get(config_key(r["candidates"][0], r["rnumel"]), math.nan)
+                     for r, s in zip(rows, slowdowns) if r["ms"][0]])
 
 
 def main() -> None:

@@ -110,6 +110,13 @@ def node_index_symbols(node: ComputeNode) -> tuple[list[Expr], list[Expr]]:
     return index, rindex
 
 
+def buffers_read_and_written(node_names: list[str], read_writes: dict[str, ReadWrites]) -> tuple[set[str], set[str]]:
+    """The buffers that the named nodes (a step's) read, and those they write."""
+    reads = set().union(*(read_writes[n].read_buffers() for n in node_names))
+    writes = set().union(*(read_writes[n].write_buffers() for n in node_names))
+    return reads, writes
+
+
 def extract_read_writes(node: Node) -> ReadWrites:
     if isinstance(node, ExternNode):
         reads = {StarDep(t.buffer.name) for t in node.tensor_args()}

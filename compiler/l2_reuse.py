@@ -27,7 +27,7 @@ back too.
 
 from __future__ import annotations
 
-from compiler.dependencies import ReadWrites
+from compiler.dependencies import ReadWrites, buffers_read_and_written
 from compiler.ir import Program
 
 REVERSE_REREADS = True
@@ -48,8 +48,7 @@ def plan_l2_reuse(steps: list, read_writes: dict[str, ReadWrites], program: Prog
         return
     last_walk: dict[str, tuple[object, bool]] = {}  # buffer -> (last step to touch it, front to back?)
     for step in steps:
-        reads = set().union(*(read_writes[n].read_buffers() for n in step.node_names))
-        writes = set().union(*(read_writes[n].write_buffers() for n in step.node_names))
+        reads, writes = buffers_read_and_written(step.node_names, read_writes)
         forward = True  # extern calls, and kernels that reread little
         if isinstance(step, KernelGroup):
             walked = {buffer: last_walk[buffer] for buffer in reads if buffer in last_walk}

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.dependencies import ReadWrites
-from compiler.graph import ITEMSIZES
+from compiler.dependencies import ReadWrites, buffers_read_and_written
 from compiler.ir import Program
 
 CHAIN_SINGLE_PROGRAMS = True
@@ -55,7 +54,7 @@ def chain_single_programs(steps: list, read_writes: dict[str, ReadWrites], progr
         chain_writes.clear()
 
     for step in steps:
-        reads, writes = _buffers(step, read_writes)
+        reads, writes = buffers_read_and_written(step.node_names, read_writes)
         if isinstance(step, KernelGroup) and is_single_program(step, reads | writes, program):
             if len(chain) == MAX_PHASES:
                 close()
@@ -76,8 +75,7 @@ def is_single_program(group: Any, touched: set[str], program: Program) -> bool:
     """A kernel group of one output element that moves little and is no special kind of kernel."""
     if group.numel != 1 or group.tiled or group.mix_rows or group.phases:
         return False
-    touched_bytes = sum(program.buffers[b].layout.storage_numel() * ITEMSIZES[program.buffers[b].dtype] for b in touched)
-    return touched_bytes <= PHASE_MAX_BYTES
+    return sum(program.buffers[b].layout.storage_bytes() for b in touched) <= PHASE_MAX_BYTES
 
 
 def chained(members: list) -> Any:
@@ -89,8 +87,3 @@ def chained(members: list) -> Any:
                        min(m.order for m in members), max(m.last for m in members),
                        internal=set().union(*(m.internal for m in members)), phases=tuple(members))
 
-
-def _buffers(step: Any, read_writes: dict[str, ReadWrites]) -> tuple[set[str], set[str]]:
-    reads = set().union(*(read_writes[n].read_buffers() for n in step.node_names))
-    writes = set().union(*(read_writes[n].write_buffers() for n in step.node_names))
-    return reads, writes
