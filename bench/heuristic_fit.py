@@ -7,6 +7,7 @@ keep the heuristic's config, so the heuristic is what most of such a graph runs.
     that reaches every kernel); one JSON line per kernel: its family, sizes, every candidate config
     with its time, the heuristic's config being candidate 0.
         python3 bench/heuristic_fit.py collect out.jsonl bench/cases,bench/channels_last [--shard 0/2] [--deadline-s 200]
+            [--families mixed,row-looped]   (only the cases with a kernel of those families)
 
     fit (CPU): per family and column/row length, each config scored by the geomean of its time over
     the fastest candidate's, over the kernels of the `--fit` sets; the heuristic's score and the best
@@ -58,10 +59,22 @@ def config_key(config: dict, rnumel: int) -> str:
     """A config as a rule over shapes: a persistent one's RBLOCK is the row or column, whole."""
     rblock = "whole" if config.get("persistent") and rnumel > 1 else config["RBLOCK"]
     return (f"{'persistent' if config.get('persistent') else 'looped'} X{config['XBLOCK']} R{rblock} "
-            f"w{config['num_warps']} s{config.get('num_stages', 1)}")
+            f"w{config['num_warps']} s{config.get('num_stages', 1)}" + (f" p{config['loop_stages']}" if config.get('loop_stages') else ""))
 
 
-def collect(out: str, folders: list[Path], shard: tuple[int, int], deadline_s: float) -> None:
+def kernel_families(graph) -> set[str]:
+    """The families of a graph's kernels with their heuristic configs (codegen only, nothing built)."""
+    from compiler.codegen import generate
+    from compiler.lowering import lower
+    from compiler.options import CompileOptions
+    from compiler.scheduler import schedule
+
+    generated = generate(schedule(lower(graph), CompileOptions(benchmark_fusion=False)), "cuda:sm_90")
+    return {family(k.config, k.rnumel) for k in generated.kernels}
+
+
+def collect(out: str, folders: list[Path], shard: tuple[int, int], deadline_s: float,
+            families: set[str] | None = None) -> None:
     import compiler
     from client.cubin import cuda_target
 
@@ -76,6 +89,8 @@ def collect(out: str, folders: list[Path], shard: tuple[int, int], deadline_s: f
         if time.time() - started > deadline_s:
             print(f"deadline: stopped before {case.name}", flush=True)
             break
+        if families and not kernel_families(case.graph) & families:
+            continue
         try:
             artifact = compiler.compile(case.graph, cuda_target(), {"benchmark_fusion": False, "autotune_budget_s": 600})
         except Exception as exc:  # one case that does not compile must not stop the rest
@@ -155,12 +170,14 @@ def main() -> None:
     c.add_argument("folders")
     c.add_argument("--shard", type=parse_shard, default=(0, 1))
     c.add_argument("--deadline-s", type=float, default=math.inf)
+    c.add_argument("--families", default="", help="comma-separated families (see family()); only cases with such kernels")
     f = sub.add_parser("fit")
     f.add_argument("rows")
     f.add_argument("--fit", required=True, help="comma-separated set names (case folder names) to fit on")
     args = parser.parse_args()
     if args.command == "collect":
-        collect(args.out, [Path(d) for d in args.folders.split(",")], args.shard, args.deadline_s)
+        collect(args.out, [Path(d) for d in args.folders.split(",")], args.shard, args.deadline_s,
+                set(filter(None, args.families.split(","))))
         return
     rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
     for entry in fit(rows, set(args.fit.split(","))):

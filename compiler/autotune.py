@@ -4,7 +4,7 @@ rebuilds the launch plan; the cpu target keeps codegen's heuristic configs.
 
 For each kernel a small, fixed list of candidates is built (the heuristic's config first,
 then variants of XBLOCK, RBLOCK, num_warps and num_stages that keep the generated source
-valid, none launching fewer than MIN_PROGRAMS programs unless the heuristic's does, and for a
+valid, for a mixed-order kernel each also with its loads issued steps ahead (its own source), none launching fewer than MIN_PROGRAMS programs unless the heuristic's does, and for a
 persistent reduction over 2048+ elements a looped one, for a looped column reduction over a short
 column persistent ones, for a crossed reduction the other family's tiles, each written anew); the
 candidates of all kernels are built as cubins in one parallel batch (compiler/codegen/aot.py), launched on random
@@ -68,11 +68,19 @@ CROSSED_PERSISTENT_RBLOCK = 2048
 # ...and may launch as few programs as this: a crossed kernel over 1280 channels has no wide tile
 # that gives 256 programs (EfficientNet's squeeze-and-excitation BatchNorm backward).
 CROSSED_MIN_PROGRAMS = 128
-# (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py). Pipelining its
-# loads across steps (num_stages 2 or 3) gained nothing (H100, 2026-11-24, LayerNorm backwards);
-# 1 row on 1 warp and 4 rows on 8 warps never came within 3 % of the fastest (H200, 2026-11-27,
-# 34-35 kernels, bench/heuristic_fit.py).
+# (rows per step, warps) tried for a mixed-order kernel (compiler/mixed_order.py); 1 row on 1 warp
+# and 4 rows on 8 warps never came within 3 % of the fastest (H200, 2026-11-27, 34-35 kernels,
+# bench/heuristic_fit.py).
 MIXED_VARIANTS = ((1, 4), (2, 1), (2, 2), (2, 4), (4, 4), (8, 4))
+# ...each with its loop's loads issued 0, 1 or 2 steps ahead (config "loop_stages" 1-3, Triton's
+# software pipeliner; the kernel's num_stages pipelines only loads that feed a dot). H100,
+# 2026-11-27, bench/heuristic_fit.py over every mixed kernel of the eight case sets (77): with these
+# the fastest candidate was 1.057x faster than without over rows of 257-1024 (32 kernels, up to
+# 1.23x: GPT-2's LayerNorm backward 26.9 -> 21.9 us), 1.008x over shorter rows (45; Swin's
+# LayerNorm + pad backward over 100352 x 96, 92.1 -> 76.1 us). Looped row and column reductions
+# gained 1.006x and 1.002x (38 and 573 kernels) and are not tried pipelined.
+MIXED_LOOP_STAGES = (1, 2, 3)
+PIPELINED_LOOPS = True  # the switch for bench/switch_ab.py
 # A persistent reduction on one or two warps is also tried with this many of its elements per thread.
 THREAD_ELEMENTS = 32
 
@@ -146,8 +154,11 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32), (16, 64), (64, 16))]
         variants += [{"num_warps": 8}]
         variants += [{"XBLOCK": x, "RBLOCK": r, "num_warps": 8} for x, r in ((64, 128), (128, 64))]
-    elif base.get("mix_rows"):  # rows per step and warps; the rows per program are the split's
-        variants = [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
+    elif base.get("mix_rows"):  # rows per step, warps and loads ahead; the rows per program are the split's
+        shapes = [{}] + [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
+        pipelined = can_regenerate and PIPELINED_LOOPS and getattr(kernel, "pipelinable", False)
+        stages = MIXED_LOOP_STAGES if pipelined else (base.get("loop_stages", 1),)
+        variants = [shape | {"loop_stages": ahead} for shape in shapes for ahead in stages]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
         # (H200, 2026-11-27, bench/heuristic_fit.py over 322 cases: a warp across 128-256 columns, a
         # step's rows in its threads, on 1-2 warps, never came within 3 % of the fastest candidate in
@@ -195,7 +206,7 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     configs = [dict(base)]
     crossed = _crossed_variants(kernel) if can_regenerate and getattr(kernel, "crossed", False) else []
     for variant, floor in [(v, MIN_PROGRAMS) for v in variants] + [(v, CROSSED_MIN_PROGRAMS) for v in crossed]:
-        config = base | variant
+        config = _plain_loops_unmarked(base | variant)
         if config not in configs and config["XBLOCK"] <= max(1, _next_power_of_2(kernel.numel)) \
                 and _programs(kernel, config) >= min(floor, _programs(kernel, base)):
             configs.append(config)
@@ -204,9 +215,15 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
 
 def needs_own_source(config: dict, written_for: dict) -> bool:
     """Whether a candidate config needs its kernel written anew: persistent and looped kernels differ,
-    and so do row and column kernels (a row kernel's row windows)."""
+    and so do row and column kernels (a row kernel's row windows) and pipelined loops."""
     return config["persistent"] != written_for["persistent"] or \
-        bool(config.get("outer")) != bool(written_for.get("outer"))
+        bool(config.get("outer")) != bool(written_for.get("outer")) or \
+        config.get("loop_stages", 1) != written_for.get("loop_stages", 1)
+
+
+def _plain_loops_unmarked(config: dict) -> dict:
+    """A config whose loop issues no load ahead (loop_stages 1) carries no loop_stages, as the heuristics write it."""
+    return {k: v for k, v in config.items() if k != "loop_stages"} if config.get("loop_stages") == 1 else config
 
 
 def _crossed_variants(kernel: Any) -> list[dict]:

@@ -149,7 +149,7 @@ def test_bert_sized_layer_norm_backward_schedules_one_mixed_kernel_for_the_gpu()
     assert (mixed.numel, mixed.rnumel, mixed.mix_rows, len(mixed.column_nodes)) == (4096, 768, 8, 2)
     kernel = next(k for k in generate(planned, "cuda:sm_90").kernels if k.name == mixed.name)
     assert kernel.config["mix_rows"] == 8 and kernel.config["persistent"]
-    assert "for xstep in range(0, 8, XBLOCK):" in kernel.source
+    assert "for xstep in tl.range(0, 8, XBLOCK, num_stages=3):" in kernel.source  # loads two steps ahead
     # the weight and bias gradients' inputs are loaded once, for both reductions
     assert kernel.source.count("tl.load(ptr_") == 5  # dy, x, w, mean, rstd
     assert launch_grid(kernel.numel, kernel.rnumel, kernel.config) == [512, 1, 1]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.codegen.heuristics import KernelShape, launch_config
-from compiler.codegen.group import assemble, assemble_phases, dropped_stores, write_group
+from compiler.codegen.group import assemble, assemble_phases, dropped_stores, pipelinable, write_group
 from compiler.codegen.kernel import KernelWriter
 from compiler.codegen.plan import build_plan
 from compiler.dependencies import MemoryDep
@@ -51,6 +51,7 @@ class KernelSource:
     cubin_metadata: dict[str, Any] | None = None
     tuning: dict[str, Any] | None = None  # autotuning trials, when a GPU timed them
     crossed: bool = False  # a reduction whose accesses run along both xindex and rindex (is_crossed)
+    pipelinable: bool = False  # a loop whose loads may run steps ahead: config "loop_stages" (group.pipelinable)
 
 
 @dataclass
@@ -156,6 +157,7 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
         name=group.name, source=source, arguments=arguments, numel=group.numel, rnumel=group.rnumel,
         config=config, nodes=group.node_names, origins=_origins(group),
         crossed=group.is_reduction and not group.mix_rows and is_crossed(group, schedule.read_writes, schedule.program.buffers),
+        pipelinable=pipelinable(writer),
     )
 
 
@@ -190,4 +192,9 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
                           mix_rows=group.mix_rows, reverse_programs=group.reverse_programs,
                           reread_later=group.reread_later)
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
+    if config.get("loop_stages", 1) > 1:
+        if pipelinable(writer):
+            writer.loop_stages = config["loop_stages"]
+        else:
+            config = {k: v for k, v in config.items() if k != "loop_stages"}
     return writer, dropped_stores(writer, group), config

@@ -295,7 +295,7 @@ def _mixed_prologue(writer: KernelWriter) -> list[str]:
     program_id, arange = _index_texts(writer)
     return [f"pid = {program_id}", f"rindex = {arange.format(n='RBLOCK')}[None, :]", RMASK,
             f"tl.static_assert({writer.mix_rows} % XBLOCK == 0)"  # a step never reaches the next program's rows
-            ] + writer.before_rows + [f"for xstep in range(0, {writer.mix_rows}, XBLOCK):"]
+            ] + writer.before_rows + [loop_header(writer, "xstep", f"0, {writer.mix_rows}, XBLOCK")]
 
 
 def _mixed_row_step(writer: KernelWriter) -> list[str]:
@@ -329,6 +329,26 @@ _INSIDE_END = "max(RBLOCK, RBLOCK * (rnumel // RBLOCK))"
 _LATER_WINDOW_LOOPS = ("for roffset in range(RBLOCK, ", f"for roffset in range({_INSIDE_END}, ")
 
 
+def loop_header(writer: KernelWriter, variable: str, bounds: str) -> str:
+    """A loop over a kernel's steps. With `loop_stages` above 1 (a launch config's, see
+    pipelinable) Triton's software pipeliner issues each load that many steps ahead, through
+    shared memory: a step's loads no longer wait for the step before to finish its math."""
+    if writer.loop_stages > 1:
+        return f"for {variable} in tl.range({bounds}, num_stages={writer.loop_stages}):"
+    return f"for {variable} in range({bounds}):"
+
+
+def pipelinable(writer: KernelWriter) -> bool:
+    """Whether the kernel's loads may run ahead of its loop's steps: it has a loop (a looped or a
+    mixed-order reduction), and no buffer it stores is one it loads, so a load issued early never
+    reads what an earlier step has yet to store."""
+    if not writer.mix_rows and (writer.persistent or not writer.is_reduction):
+        return False
+    lines = [line for section in writer.sections for line in section.lines]
+    loaded = {line.buffer for line in lines if isinstance(line, LoadLine)}
+    return not loaded & {line.buffer for line in lines if isinstance(line, StoreLine)}
+
+
 def first_loop_of_each_pass(source: str) -> str:
     """A kernel's source without the second and third loops of row-window passes: they repeat the
     first loop's body over other lanes of the row, so what one loop does to an element (read it,
@@ -338,7 +358,7 @@ def first_loop_of_each_pass(source: str) -> str:
         indent = len(line) - len(line.lstrip())
         if skipping is not None and (indent > skipping or not line.strip()):
             continue
-        skipping = indent if line.lstrip().startswith(_LATER_WINDOW_LOOPS) else None
+        skipping = indent if line.lstrip().replace(" tl.range(", " range(", 1).startswith(_LATER_WINDOW_LOOPS) else None
         if skipping is None:
             kept.append(line)
     return "\n".join(kept)
@@ -350,7 +370,7 @@ def _loop_headers(writer: KernelWriter) -> list[list[str]]:
     welford = "welford" in writer.helpers
     if writer.row_stride is None:
         step = ["    rstep = roffset // RBLOCK + 1"] if welford else []
-        return [["for roffset in range(0, rnumel, RBLOCK):", "    rindex = roffset + rbase",
+        return [[loop_header(writer, "roffset", "0, rnumel, RBLOCK"), "    rindex = roffset + rbase",
                  f"    {RMASK}", "    rxmask = rmask & xmask"] + step]
     # Row windows: lane rpos of the window holds element rpos - rshift of the row. The first and the
     # last steps mask lanes outside the row; the steps between need no mask (they lie inside the row
@@ -359,7 +379,6 @@ def _loop_headers(writer: KernelWriter) -> list[list[str]]:
     window += ["    rstep = roffset // RBLOCK + (rbase >= rshift).to(tl.int32)"] if welford else []
     masked = window + ["    rmask = (rindex >= 0) & (rindex < rnumel)", "    rxmask = rmask & xmask"]
     inside = window + ["    rxmask = tl.broadcast_to(xmask, [XBLOCK, RBLOCK])"]
-    middle, last = _LATER_WINDOW_LOOPS
-    return [["for roffset in range(0, RBLOCK, RBLOCK):"] + masked,
-            [f"{middle}{_INSIDE_END}, RBLOCK):"] + inside,
-            [f"{last}rnumel + {ROW_ALIGN - 1}, RBLOCK):"] + masked]
+    return [["for roffset in range(0, RBLOCK, RBLOCK):"] + masked,  # one step: nothing to run ahead of
+            [loop_header(writer, "roffset", f"RBLOCK, {_INSIDE_END}, RBLOCK")] + inside,
+            [f"for roffset in range({_INSIDE_END}, rnumel + {ROW_ALIGN - 1}, RBLOCK):"] + masked]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler.mixed_order import MIX_MIN_PROGRAMS
+
 CPU_PERSISTENT_LIMIT = 1024
 GPU_PERSISTENT_LIMIT = 8192
 CPU_BLOCK_ELEMENTS = 4096
@@ -43,6 +45,17 @@ MIXED_STEP_ELEMENTS = 2048
 # ones (BERT, GPT-2 and ViT's LayerNorm backwards; GPT-NeoX's, Mistral's and Swin's).
 MIXED_MID_ROWS = (256, 1024)
 MIXED_MID_ROWS_RULE = True  # the switch for bench/switch_ab.py --untuned
+# ...with their loop's loads issued two steps ahead (codegen.group.loop_header) where the program
+# walks 8 steps or more, or the grid is no more than MIX_MIN_PROGRAMS programs (about four per SM):
+# the pipeliner's shared memory leaves fewer programs resident, and a larger grid then runs in two
+# waves. H100, 2026-11-27, bench/heuristic_fit.py, the 32 mixed kernels over rows of 257-1024 of the
+# eight case sets, the heuristic's config with and without: BERT's, GPT-2's, Swin's, Phi's and
+# Qwen2's LayerNorm and RMSNorm backwards (512 programs, or 784 of 16 steps) 1.02-1.23x faster,
+# ViT's and MLP-Mixer's (784-788 programs of 4 steps) 0.84-1.03x, left out by the rule; those with a
+# dropout backward 0.90-1.07x.
+MIXED_MID_ROWS_STAGES = 3
+MIXED_PIPELINED_MIN_STEPS = 8
+MIXED_PIPELINED_RULE = True  # the switch for bench/switch_ab.py --untuned
 
 
 @dataclass(frozen=True)
@@ -138,7 +151,11 @@ def _mixed_config(shape: KernelShape, target: str) -> dict:
     rows per step (a power of two that divides them)."""
     rblock = next_power_of_2(shape.rnumel)
     if MIXED_MID_ROWS_RULE and target != "cpu" and MIXED_MID_ROWS[0] < rblock <= MIXED_MID_ROWS[1]:
-        return _config(min(2, shape.mix_rows & -shape.mix_rows), rblock, 2, True) | {"mix_rows": shape.mix_rows}
+        xblock = min(2, shape.mix_rows & -shape.mix_rows)
+        programs = -(-shape.numel // shape.mix_rows)
+        pipelined = programs <= MIX_MIN_PROGRAMS or shape.mix_rows // xblock >= MIXED_PIPELINED_MIN_STEPS
+        ahead = {"loop_stages": MIXED_MID_ROWS_STAGES} if MIXED_PIPELINED_RULE and pipelined else {}
+        return _config(xblock, rblock, 2, True) | {"mix_rows": shape.mix_rows} | ahead
     elements = CPU_BLOCK_ELEMENTS if target == "cpu" else MIXED_STEP_ELEMENTS
     xblock = max(1, min(shape.mix_rows & -shape.mix_rows, elements // rblock))
     num_warps = 4 if target == "cpu" else min(16, max(1, xblock * rblock // 512))

@@ -108,6 +108,7 @@ class KernelWriter(TritonMathOps):
             self.bounds[PID] = max(1, -(-numel // mix_rows))
         self.before_rows: list[str] = []  # a mixed-order kernel's lines before its loop over rows
         self.after_rows: list[str] = []  # ...and after it: the column sums and their stores
+        self.loop_stages = 1  # steps a loop's loads run ahead (group.loop_header); set once the kernel is written
 
     # --- sections -------------------------------------------------------------------
     def open_section(self, kind: str) -> Section:
