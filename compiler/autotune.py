@@ -81,6 +81,8 @@ MIXED_VARIANTS = ((1, 4), (2, 1), (2, 2), (2, 4), (4, 4), (8, 4))
 # gained 1.006x and 1.002x (38 and 573 kernels) and are not tried pipelined.
 MIXED_LOOP_STAGES = (1, 2, 3)
 PIPELINED_LOOPS = True  # the switch for bench/switch_ab.py
+# ...on the heuristic's own step and steps of at most this many rows (_loop_stages_tried).
+MIXED_PIPELINED_ROWS = 2
 # A persistent reduction on one or two warps is also tried with this many of its elements per thread.
 THREAD_ELEMENTS = 32
 
@@ -157,8 +159,7 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     elif base.get("mix_rows"):  # rows per step, warps and loads ahead; the rows per program are the split's
         shapes = [{}] + [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
         pipelined = can_regenerate and PIPELINED_LOOPS and getattr(kernel, "pipelinable", False)
-        stages = MIXED_LOOP_STAGES if pipelined else (base.get("loop_stages", 1),)
-        variants = [shape | {"loop_stages": ahead} for shape in shapes for ahead in stages]
+        variants = [shape | {"loop_stages": ahead} for shape in shapes for ahead in _loop_stages_tried(base, shape, pipelined)]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
         # (H200, 2026-11-27, bench/heuristic_fit.py over 322 cases: a warp across 128-256 columns, a
         # step's rows in its threads, on 1-2 warps, never came within 3 % of the fastest candidate in
@@ -219,6 +220,17 @@ def needs_own_source(config: dict, written_for: dict) -> bool:
     return config["persistent"] != written_for["persistent"] or \
         bool(config.get("outer")) != bool(written_for.get("outer")) or \
         config.get("loop_stages", 1) != written_for.get("loop_stages", 1)
+
+
+def _loop_stages_tried(base: dict, shape: dict, pipelined: bool) -> tuple[int, ...]:
+    """A mixed-order step shape's loop stages to try: all of MIXED_LOOP_STAGES on the heuristic's
+    step and on steps of at most MIXED_PIPELINED_ROWS rows, which put too few bytes in flight to
+    hide the next step's loads; a plain loop on longer steps (pipelined, they never came within 3 %
+    of a kernel's fastest: 0 of 77, H100, 2026-11-27, bench/heuristic_fit.py); without a new
+    source, the base's own."""
+    if not pipelined:
+        return (base.get("loop_stages", 1),)
+    return MIXED_LOOP_STAGES if not shape or shape["XBLOCK"] <= MIXED_PIPELINED_ROWS else (1,)
 
 
 def _plain_loops_unmarked(config: dict) -> dict:

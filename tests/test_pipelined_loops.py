@@ -1,6 +1,7 @@
 """Pipelined loops (launch config "loop_stages", codegen.group.loop_header): a looped or mixed-order
 reduction whose loads Triton's pipeliner issues steps ahead. Every kernel here is written with
-its loop pipelined and run under the interpreter against eager (float64 rule), and built for sm_90."""
+its loop pipelined and run under the interpreter against eager (float64 rule; seeded data), and built
+for sm_90. Kernels only written, never run, trace uninitialized tensors."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from compiler.fx_import import from_fx
 from compiler.lowering import lower
 from compiler.options import CompileOptions
 from compiler.scheduler import schedule
-from tests.lowering_cases import check
+from tests.lowering_cases import check, rand
 
 HEURISTIC = {"autotune": False, "benchmark_fusion": False}
 
@@ -44,8 +45,8 @@ def layer_norm_backward(dy, x, w, b):
 
 def test_a_mixed_order_layer_norm_backward_runs_pipelined(pipelined):
     """96 rows of 40: 6 programs of 16 rows, several steps each; bf16 rows read and written."""
-    dy, x = torch.randn(96, 40).to(torch.bfloat16), torch.randn(96, 40).to(torch.bfloat16)
-    w, b = torch.randn(40).to(torch.bfloat16), torch.randn(40).to(torch.bfloat16)
+    dy, x = rand((96, 40), torch.bfloat16, seed=1), rand((96, 40), torch.bfloat16, seed=2)
+    w, b = rand((40,), torch.bfloat16, seed=3), rand((40,), torch.bfloat16, seed=4)
     artifact = check(layer_norm_backward, dy, x, w, b, reference64=True).artifact
     mixed = [k for k in _pipelined_kernels(artifact) if k["config"].get("mix_rows")]
     assert mixed and f"num_stages={pipelined}" in artifact.kernel_source(mixed[0])
@@ -55,7 +56,7 @@ def test_a_mixed_order_layer_norm_backward_runs_pipelined(pipelined):
 def test_a_looped_softmax_runs_pipelined_over_aligned_and_misaligned_rows(pipelined, columns):
     """Rows longer than the CPU's persistent limit loop; sliced out of rows of 3001, they start
     misaligned and walk row windows (a masked first step, unmasked middle steps, a masked last)."""
-    x = torch.randn(5, 3001)[:, 1:columns + 1]
+    x = rand((5, 3001), seed=1)[:, 1:columns + 1]
     artifact = check(lambda a: torch.softmax(a, -1), x, reference64=True).artifact
     assert _pipelined_kernels(artifact)
 
@@ -64,9 +65,9 @@ def test_a_looped_column_sum_and_a_batch_norm_run_pipelined(pipelined, monkeypat
     """The CPU target loops only rows past its persistent limit: lowered here, so that the column
     sum's pieces and the BatchNorm's statistics (2668 elements per channel) loop."""
     monkeypatch.setattr(heuristics, "CPU_PERSISTENT_LIMIT", 16)
-    x = torch.randn(3000, 7)
+    x = rand((3000, 7), seed=1)
     assert _pipelined_kernels(check(lambda a: a.sum(0), x, reference64=True).artifact)
-    images, weight, bias = torch.randn(4, 3, 23, 29), torch.randn(3), torch.randn(3)
+    images, weight, bias = rand((4, 3, 23, 29), seed=1), rand((3,), seed=2), rand((3,), seed=3)
     batch_norm = lambda a, w, b: torch.nn.functional.batch_norm(a, None, None, w, b, training=True)
     assert _pipelined_kernels(check(batch_norm, images, weight, bias, reference64=True).artifact)
 
@@ -88,17 +89,19 @@ def _kernels(fn, *inputs):
 
 
 def test_a_mixed_kernel_tries_each_step_shape_with_its_loads_ahead_and_not():
-    """Rows of 768 start two steps ahead (heuristics.MIXED_MID_ROWS_STAGES); autotuning tries every
-    step shape with a plain loop and one or two steps ahead, each written anew."""
+    """Rows of 768 start two steps ahead (heuristics.MIXED_MID_ROWS_STAGES); autotuning tries the
+    heuristic's step and steps of up to two rows with a plain loop and one or two steps ahead, longer
+    steps plain, each written anew."""
     dy, x = torch.randn(4096, 768), torch.randn(4096, 768)
     w, b = torch.randn(768), torch.randn(768)
     mixed = next(k for k in _kernels(layer_norm_backward, dy, x, w, b) if k.config.get("mix_rows"))
     assert mixed.pipelinable and mixed.config["loop_stages"] == 3 and "num_stages=3" in mixed.source
     candidates = candidate_configs(mixed, can_regenerate=True)
     shapes = {(c["XBLOCK"], c["num_warps"]) for c in candidates}
+    assert any(x > 2 for x, _ in shapes)
     for shape in shapes:
         tried = {c.get("loop_stages", 1) for c in candidates if (c["XBLOCK"], c["num_warps"]) == shape}
-        assert tried == {1, 2, 3}, shape
+        assert tried == ({1, 2, 3} if shape[0] <= 2 else {1}), shape
     plain = [c for c in candidates if "loop_stages" not in c]
     assert plain and all(needs_own_source(c, mixed.config) for c in plain)
     assert all(c.get("loop_stages", 3) == 3 for c in candidate_configs(mixed))  # without a new source, as written
@@ -119,7 +122,7 @@ def test_a_mixed_kernel_starts_pipelined_where_its_grid_fits_one_wave_or_it_walk
 
 def test_looped_rows_may_pipeline_but_are_not_tried_so():
     """Looped row and column reductions gained under 1 % from it (autotune.MIXED_LOOP_STAGES)."""
-    looped = next(k for k in _kernels(lambda a: torch.softmax(a, -1), torch.randn(4096, 50257)) if k.rnumel > 1 and not k.config["persistent"])
+    looped = next(k for k in _kernels(lambda a: torch.softmax(a, -1), torch.empty(4096, 50257)) if k.rnumel > 1 and not k.config["persistent"])
     assert looped.pipelinable
     assert not any(c.get("loop_stages") for c in candidate_configs(looped, can_regenerate=True))
     persistent = _kernels(lambda a: torch.softmax(a, -1), torch.randn(64, 500))[0]
@@ -134,7 +137,7 @@ def test_a_loop_that_stores_what_it_loads_is_never_pipelined():
         x.sub_(sums)
         return sums
 
-    kernels = _kernels(subtract_row_sums, torch.randn(4096, 50257))
+    kernels = _kernels(subtract_row_sums, torch.empty(4096, 50257))
     stores_input = [k for k in kernels if k.rnumel > 1 and not k.config["persistent"] and "arg0" in k.arguments and
                     "tl.store(ptr_arg0" in k.source]
     assert stores_input
