@@ -224,13 +224,16 @@ def needs_own_source(config: dict, written_for: dict) -> bool:
 
 def _loop_stages_tried(base: dict, shape: dict, pipelined: bool) -> tuple[int, ...]:
     """A mixed-order step shape's loop stages to try: all of MIXED_LOOP_STAGES on the heuristic's
-    step and on steps of at most MIXED_PIPELINED_ROWS rows, which put too few bytes in flight to
-    hide the next step's loads; a plain loop on longer steps (pipelined, they never came within 3 %
-    of a kernel's fastest: 0 of 77, H100, 2026-11-27, bench/heuristic_fit.py); without a new
-    source, the base's own."""
+    step, a plain loop and one step ahead on steps of at most MIXED_PIPELINED_ROWS rows (too few
+    bytes in flight to hide the next step's loads), a plain loop on longer steps; without a new
+    source, the base's own. Of 77 mixed kernels' fastest candidates and those within 3 % of them
+    (H100, 2026-11-27, bench/heuristic_fit.py), none was a pipelined step of 4 or more rows but the
+    heuristic's own, and none two steps ahead but the heuristic's."""
     if not pipelined:
         return (base.get("loop_stages", 1),)
-    return MIXED_LOOP_STAGES if not shape or shape["XBLOCK"] <= MIXED_PIPELINED_ROWS else (1,)
+    if not shape:
+        return MIXED_LOOP_STAGES
+    return MIXED_LOOP_STAGES[:2] if shape["XBLOCK"] <= MIXED_PIPELINED_ROWS else (1,)
 
 
 def _plain_loops_unmarked(config: dict) -> dict:
