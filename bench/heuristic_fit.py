@@ -58,8 +58,9 @@ def length_bucket(rnumel: int) -> str:
 def config_key(config: dict, rnumel: int) -> str:
     """A config as a rule over shapes: a persistent one's RBLOCK is the row or column, whole."""
     rblock = "whole" if config.get("persistent") and rnumel > 1 else config["RBLOCK"]
+    ahead = f" p{config['loop_stages']}" if config.get("loop_stages") else ""  # a pipelined loop's stages
     return (f"{'persistent' if config.get('persistent') else 'looped'} X{config['XBLOCK']} R{rblock} "
-            f"w{config['num_warps']} s{config.get('num_stages', 1)}" + (f" p{config['loop_stages']}" if config.get('loop_stages') else ""))
+            f"w{config['num_warps']} s{config.get('num_stages', 1)}{ahead}")
 
 
 def kernel_families(graph) -> set[str]:

@@ -159,7 +159,8 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     elif base.get("mix_rows"):  # rows per step, warps and loads ahead; the rows per program are the split's
         shapes = [{}] + [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
         pipelined = can_regenerate and PIPELINED_LOOPS and getattr(kernel, "pipelinable", False)
-        variants = [shape | {"loop_stages": ahead} for shape in shapes for ahead in _loop_stages_tried(base, shape, pipelined)]
+        variants = [shape | {"loop_stages": ahead} for shape in shapes
+                    for ahead in _loop_stages_tried(base, shape, pipelined)]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
         # (H200, 2026-11-27, bench/heuristic_fit.py over 322 cases: a warp across 128-256 columns, a
         # step's rows in its threads, on 1-2 warps, never came within 3 % of the fastest candidate in

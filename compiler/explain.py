@@ -33,8 +33,10 @@ def describe(artifact: Artifact) -> str:
             kind = "persistent reduction" if config.get("persistent") else "looped reduction"
         else:
             kind = "pointwise"
-        ahead = f", loads {config['loop_stages'] - 1} steps ahead" if config.get("loop_stages", 1) > 1 else ""
-        lines.append(f"{kernel['name']}: {kind} over {shape}, XBLOCK={config['XBLOCK']} RBLOCK={config['RBLOCK']}{ahead}")
+        steps = config.get("loop_stages", 1) - 1  # a pipelined loop (codegen.group.loop_header)
+        ahead = f", loads {steps} step{'s' if steps > 1 else ''} ahead" if steps else ""
+        lines.append(f"{kernel['name']}: {kind} over {shape}, "
+                     f"XBLOCK={config['XBLOCK']} RBLOCK={config['RBLOCK']}{ahead}")
         lines.append(f"    IR nodes {', '.join(kernel['nodes'])}")
         lines.append(f"    from wire nodes {', '.join(kernel['origins'])}")
         if kernel.get("autotune"):

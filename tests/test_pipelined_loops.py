@@ -13,6 +13,7 @@ import compiler
 from compiler import codegen, mixed_order
 from compiler.autotune import candidate_configs, needs_own_source
 from compiler.codegen import generate, heuristics
+from compiler.explain import describe
 from compiler.fx_import import from_fx
 from compiler.lowering import lower
 from compiler.options import CompileOptions
@@ -26,7 +27,8 @@ HEURISTIC = {"autotune": False, "benchmark_fusion": False}
 def pipelined(monkeypatch, request):
     """Every kernel's heuristic config asks for its loop's loads `request.param` steps ahead."""
     heuristic = codegen.launch_config
-    monkeypatch.setattr(codegen, "launch_config", lambda shape, target: heuristic(shape, target) | {"loop_stages": request.param})
+    monkeypatch.setattr(codegen, "launch_config",
+                        lambda shape, target: heuristic(shape, target) | {"loop_stages": request.param})
     monkeypatch.setattr(mixed_order, "MIX_MIN_PROGRAMS", 4)
     monkeypatch.setattr(mixed_order, "MIX_MIN_ELEMENTS", 1)
     return request.param
@@ -81,6 +83,7 @@ def test_pipelined_kernels_build_for_sm_90(pipelined):
     kernels = _pipelined_kernels(artifact)
     assert any(k["config"].get("mix_rows") for k in kernels)
     assert all(artifact.files[k["cubin"]] for k in kernels)
+    assert f"loads {pipelined - 1} step" in describe(artifact)
 
 
 def _kernels(fn, *inputs):
@@ -123,7 +126,8 @@ def test_a_mixed_kernel_starts_pipelined_where_its_grid_fits_one_wave_or_it_walk
 
 def test_looped_rows_may_pipeline_but_are_not_tried_so():
     """Looped row and column reductions gained under 1 % from it (autotune.MIXED_LOOP_STAGES)."""
-    looped = next(k for k in _kernels(lambda a: torch.softmax(a, -1), torch.empty(4096, 50257)) if k.rnumel > 1 and not k.config["persistent"])
+    kernels = _kernels(lambda a: torch.softmax(a, -1), torch.empty(4096, 50257))
+    looped = next(k for k in kernels if k.rnumel > 1 and not k.config["persistent"])
     assert looped.pipelinable
     assert not any(c.get("loop_stages") for c in candidate_configs(looped, can_regenerate=True))
     persistent = _kernels(lambda a: torch.softmax(a, -1), torch.randn(64, 500))[0]

@@ -330,9 +330,9 @@ _LATER_WINDOW_LOOPS = ("for roffset in range(RBLOCK, ", f"for roffset in range({
 
 
 def loop_header(writer: KernelWriter, variable: str, bounds: str) -> str:
-    """A loop over a kernel's steps. With `loop_stages` above 1 (a launch config's, see
-    pipelinable) Triton's software pipeliner issues each load that many steps ahead, through
-    shared memory: a step's loads no longer wait for the step before to finish its math."""
+    """A loop over a kernel's steps. With `loop_stages` N above 1 (a launch config's, see
+    pipelinable) Triton's software pipeliner issues each load N - 1 steps ahead, through shared
+    memory: a step's loads no longer wait for the step before to finish its math."""
     if writer.loop_stages > 1:
         return f"for {variable} in tl.range({bounds}, num_stages={writer.loop_stages}):"
     return f"for {variable} in range({bounds}):"

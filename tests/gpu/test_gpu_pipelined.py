@@ -35,7 +35,7 @@ def layer_norm_backward(dy, x, mean, rstd, w, b):
 def _inputs(rows: int, length: int) -> list[torch.Tensor]:
     torch.manual_seed(rows + length)  # the same data every run
     x = torch.randn(rows, length, device="cuda", dtype=torch.bfloat16)
-    w, b = torch.randn(length, device="cuda", dtype=torch.bfloat16), torch.randn(length, device="cuda", dtype=torch.bfloat16)
+    w, b = (torch.randn(length, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, [length], w, b, 1e-5)
     return [torch.randn_like(x), x, mean, rstd, w, b]
 
