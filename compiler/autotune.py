@@ -4,9 +4,10 @@ rebuilds the launch plan; the cpu target keeps codegen's heuristic configs.
 
 For each kernel a small, fixed list of candidates is built (the heuristic's config first,
 then variants of XBLOCK, RBLOCK, num_warps and num_stages that keep the generated source
-valid, for a mixed-order kernel each also with its loads issued steps ahead (its own source), none launching fewer than MIN_PROGRAMS programs unless the heuristic's does, and for a
-persistent reduction over 2048+ elements a looped one, for a looped column reduction over a short
-column persistent ones, for a crossed reduction the other family's tiles, each written anew); the
+valid, none launching fewer than MIN_PROGRAMS programs unless the heuristic's does, and for a
+mixed-order kernel some with its loads issued steps ahead, for a persistent reduction over 2048+
+elements a looped one, for a looped column reduction over a short column persistent ones, for a
+crossed reduction the other family's tiles, each written anew); the
 candidates of all kernels are built as cubins in one parallel batch (compiler/codegen/aot.py), launched on random
 data, and timed as the kernel benchmark and Inductor time: each launch on a cold L2, between its
 own CUDA events, the median counts. The fastest wins if it beats the heuristic's config by
@@ -72,12 +73,12 @@ CROSSED_MIN_PROGRAMS = 128
 # and 4 rows on 8 warps never came within 3 % of the fastest (H200, 2026-11-27, 34-35 kernels,
 # bench/heuristic_fit.py).
 MIXED_VARIANTS = ((1, 4), (2, 1), (2, 2), (2, 4), (4, 4), (8, 4))
-# ...each with its loop's loads issued 0, 1 or 2 steps ahead (config "loop_stages" 1-3, Triton's
-# software pipeliner; the kernel's num_stages pipelines only loads that feed a dot). H100,
-# 2026-11-27, bench/heuristic_fit.py over every mixed kernel of the eight case sets (77): with these
-# the fastest candidate was 1.057x faster than without over rows of 257-1024 (32 kernels, up to
-# 1.23x: GPT-2's LayerNorm backward 26.9 -> 21.9 us), 1.008x over shorter rows (45; Swin's
-# LayerNorm + pad backward over 100352 x 96, 92.1 -> 76.1 us). Looped row and column reductions
+# ...some also with their loop's loads issued 1 or 2 steps ahead (config "loop_stages" 2-3, Triton's
+# software pipeliner; the kernel's num_stages pipelines only loads that feed a dot; which ones:
+# _loop_stages_tried). H100, 2026-11-27, bench/heuristic_fit.py over every mixed kernel of the eight
+# case sets (77): with these the fastest candidate was 1.057x faster than without over rows of
+# 257-1024 (32 kernels, up to 1.22x: GPT-2's LayerNorm backward 26.7 -> 21.9 us), 1.008x over
+# shorter rows (45; Swin's LayerNorm + pad backward over 100352 x 96, 90.2 -> 76.4 us). Looped row and column reductions
 # gained 1.006x and 1.002x (38 and 573 kernels) and are not tried pipelined.
 MIXED_LOOP_STAGES = (1, 2, 3)
 PIPELINED_LOOPS = True  # the switch for bench/switch_ab.py

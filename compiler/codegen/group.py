@@ -326,7 +326,8 @@ def _prologue(writer: KernelWriter) -> list[str]:
 
 # Where a row-window pass's unmasked middle loop ends and its masked last loop starts (_loop_headers).
 _INSIDE_END = "max(RBLOCK, RBLOCK * (rnumel // RBLOCK))"
-_LATER_WINDOW_LOOPS = ("for roffset in range(RBLOCK, ", f"for roffset in range({_INSIDE_END}, ")
+_LATER_WINDOW_LOOPS = tuple(f"for roffset in {loop}({start}, " for loop in ("range", "tl.range")  # plain or pipelined
+                            for start in ("RBLOCK", _INSIDE_END))
 
 
 def loop_header(writer: KernelWriter, variable: str, bounds: str) -> str:
@@ -358,7 +359,7 @@ def first_loop_of_each_pass(source: str) -> str:
         indent = len(line) - len(line.lstrip())
         if skipping is not None and (indent > skipping or not line.strip()):
             continue
-        skipping = indent if line.lstrip().replace(" tl.range(", " range(", 1).startswith(_LATER_WINDOW_LOOPS) else None
+        skipping = indent if line.lstrip().startswith(_LATER_WINDOW_LOOPS) else None
         if skipping is None:
             kept.append(line)
     return "\n".join(kept)
