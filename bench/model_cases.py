@@ -21,8 +21,11 @@ value ranges) and the wire graph; no tensor data beyond tiny constants.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
+import multiprocessing
+import pickle
 import signal
 import sys
 import time
@@ -91,20 +94,59 @@ CAPTURE_LIMIT_S = 300.0
 
 def extract_cases(size: str, sources: list[str] | None = None, whole_graphs: bool = False,
                   progress: Callable[[str], None] = lambda line: None, known: Iterable[Case] = (),
-                  channels_last: str = "off", capture_limit_s: float = CAPTURE_LIMIT_S) -> CaseSet:
+                  channels_last: str = "off", capture_limit_s: float = CAPTURE_LIMIT_S, jobs: int = 1) -> CaseSet:
     """Captures each source at `size` (bench/model_capture.py; `channels_last` as the backend's
-    setting), each within `capture_limit_s`, and makes the case set of its graphs."""
+    setting), each within `capture_limit_s`, `jobs` sources at a time in separate processes, and
+    makes the case set of its graphs."""
     from bench import model_capture
 
-    def capture(source: str) -> list[CapturedGraph] | Exception:
-        try:
-            with time_limit(capture_limit_s):
-                return model_capture.capture_source(source, size, channels_last)
-        except Exception as exc:  # one source that cannot be captured must not hide the others
-            return exc
-
-    captured = ((source, capture(source)) for source in sources or list(model_capture.SOURCES))
+    names = sources or list(model_capture.SOURCES)
+    if jobs > 1 and len(names) > 1:
+        captured = _captured_in_processes(names, size, channels_last, capture_limit_s, jobs)
+    else:
+        captured = ((source, capture_within(source, size, channels_last, capture_limit_s)) for source in names)
     return cases_from_graphs(captured, whole_graphs, progress, known)
+
+
+def capture_within(source: str, size: str, channels_last: str,
+                   capture_limit_s: float) -> list[CapturedGraph] | Exception:
+    """One source's graphs, or the exception that stopped its capture (one source that cannot be
+    captured must not hide the others)."""
+    from bench import model_capture
+
+    try:
+        with time_limit(capture_limit_s):
+            return model_capture.capture_source(source, size, channels_last)
+    except Exception as exc:
+        return exc
+
+
+def _capture_in_worker(source: str, size: str, channels_last: str,
+                       capture_limit_s: float) -> list[CapturedGraph] | Exception:
+    """capture_within in a worker process: an exception that cannot be pickled back (BART's holds
+    a pybind11 object) is returned as a RuntimeError naming it."""
+    result = capture_within(source, size, channels_last, capture_limit_s)
+    if isinstance(result, Exception):
+        try:
+            pickle.dumps(result)
+        except Exception:
+            return RuntimeError(f"{type(result).__name__}: {result}")
+    return result
+
+
+def _captured_in_processes(sources: list[str], size: str, channels_last: str, capture_limit_s: float,
+                           jobs: int) -> Iterator[tuple[str, list[CapturedGraph] | Exception]]:
+    """capture_within for each source in `jobs` processes, yielded in the order of `sources`, so
+    that deduplication keeps the same cases as a capture in one process. Spawned, not forked: a
+    forked child cannot use the parent's CUDA context."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(_capture_in_worker, source, size, channels_last, capture_limit_s) for source in sources]
+        for source, future in zip(sources, futures):
+            try:
+                yield source, future.result()
+            except Exception as exc:  # the worker itself died (out of memory, a signal)
+                yield source, exc
 
 
 @contextlib.contextmanager
@@ -280,6 +322,8 @@ def main(argv: list[str] | None = None) -> None:
                              "bench/cases is captured with off, bench/channels_last with auto on the GPU")
     parser.add_argument("--capture-limit-s", type=float, default=CAPTURE_LIMIT_S,
                         help="seconds one source's capture may take; a longer one is reported as not cut")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="capture this many sources at a time, each in its own process (the set is the same)")
     parser.add_argument("--one-per-family", type=int, metavar="MIN_BYTES", default=None,
                         help="keep, of cases moving at least MIN_BYTES, the largest of each family "
                              "(same ops in order and input dtypes, any sizes)")
@@ -287,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     sources = [s for s in args.sources.split(",") if s] or None
     known = [case for folder in args.exclude_dir for case in load_cases(folder)]
     result = extract_cases(args.size, sources, args.whole_graphs, progress=lambda line: print(line, flush=True),
-                           known=known, channels_last=args.channels_last, capture_limit_s=args.capture_limit_s)
+                           known=known, channels_last=args.channels_last, capture_limit_s=args.capture_limit_s,
+                           jobs=args.jobs)
     if args.one_per_family is not None:
         result.cases = one_per_family(result.cases, args.one_per_family)
     write_cases(result.cases, args.out, set(result.reports))

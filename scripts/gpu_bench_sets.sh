@@ -6,6 +6,7 @@
 # new cases `BENCH_DEADLINE_S` after it starts (default 540 s); BENCH_RESUME=1 then goes on from the
 # rows already there (the same command, on the same warm machine), where without it a run starts
 # afresh. At the end each set's rows are merged into $OUT/<set>.jsonl and its table printed.
+# BENCH_GPUS="0 1 2" times on those GPUs only (the others left to other work of the same call).
 #
 #   bash scripts/gpu_bench_sets.sh bench/cases bench/held_out ...   [extra bench/kernels.py arguments after --]
 set -uo pipefail
@@ -17,12 +18,14 @@ mkdir -p "$runs"
 sets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the rest goes to bench/kernels.py
-gpus=$(nvidia-smi --list-gpus | wc -l)
+read -ra gpu_ids <<<"${BENCH_GPUS:-$(seq -s ' ' 0 $(( $(nvidia-smi --list-gpus | wc -l) - 1 )))}"
+gpus=${#gpu_ids[@]}
 deadline=$(( $(date +%s) + ${BENCH_DEADLINE_S:-540} ))
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader || true
 echo "sets: ${sets[*]}; $gpus GPUs"
 
-for ((gpu = 0; gpu < gpus; gpu++)); do
+for ((shard = 0; shard < gpus; shard++)); do
+    gpu=${gpu_ids[$shard]}
     (
         for set in "${sets[@]}"; do
             name=$(basename "$set")
@@ -30,7 +33,7 @@ for ((gpu = 0; gpu < gpus; gpu++)); do
             [ "$left" -gt 0 ] || break
             CUDA_VISIBLE_DEVICES=$gpu timeout --signal=INT "$left" \
                 python3 bench/kernels.py --set models --case-dir "$set" --min-bytes 1048576 \
-                --jsonl "$runs/$name.$gpu.jsonl" --resume --shard "$gpu/$gpus" "$@" >"$runs/$name.$gpu.log" 2>&1
+                --jsonl "$runs/$name.$gpu.jsonl" --resume --shard "$shard/$gpus" "$@" >"$runs/$name.$gpu.log" 2>&1
         done
     ) &
 done

@@ -365,6 +365,7 @@ LATER_HELD_OUT_SETS = {  # folder: (its sources, its fewest cases)
     "held_out_3": ({"qwen2", "bigcode"}, 20),
     "held_out_3_images": ({"levit", "convmixer", "poolformer", "mixer", "beit", "cait", "xcit", "swinv2",
                            "convnextv2", "mobilevit"}, 150),
+    "held_out_4_images": ({"nfresnet", "hrnet", "rexnet", "edgenext", "pvt_v2", "resnest"}, 130),
 }
 
 
@@ -372,18 +373,20 @@ LATER_HELD_OUT_SETS = {  # folder: (its sources, its fewest cases)
 def test_the_later_held_out_sets_hold_only_their_models_one_case_per_family(folder):
     """bench/held_out_2 (Gemma, Phi) and bench/held_out_2_channels_last (MobileNetV3, DenseNet, as the
     backend compiles them on a GPU): models added after the first held-out group had been worked on;
-    bench/held_out_3 and held_out_3_images the same for the models after those, none of their cases
-    in an earlier set."""
+    bench/held_out_3 and held_out_3_images the same for the models after those, and held_out_4_images
+    for the third group (zoo.HELD_OUT_3), none of their cases in an earlier set."""
     from bench.model_cases import family_key, one_per_family
-    from zoo import HELD_OUT_2
+    from zoo import HELD_OUT_2, HELD_OUT_3
 
     sources, fewest = LATER_HELD_OUT_SETS[folder]
     cases = load_cases(CASES_DIR.parent / folder)
-    assert len(cases) >= fewest and {case.source for case in cases} == sources and sources <= set(HELD_OUT_2)
+    assert len(cases) >= fewest and {case.source for case in cases} == sources
+    assert sources <= set(HELD_OUT_3 if folder == "held_out_4_images" else HELD_OUT_2)
     assert all(NAME.match(case.name) for case in cases)
     assert not {case.key for case in cases} & {case.key for case in load_cases(CASES_DIR)}
-    if folder.startswith("held_out_3"):
+    if folder.startswith(("held_out_3", "held_out_4")):
         earlier = ("held_out", "held_out_2", "channels_last", "held_out_channels_last", "held_out_2_channels_last")
+        earlier += ("held_out_3", "held_out_3_images") if folder.startswith("held_out_4") else ()
         assert not {case.key for case in cases} & {c.key for f in earlier for c in load_cases(CASES_DIR.parent / f)}
     assert len({family_key(case) for case in cases}) == len(cases)
     assert one_per_family(cases, 1 << 20) == cases
@@ -453,6 +456,16 @@ def test_a_capture_past_its_time_limit_is_reported_and_the_next_source_still_run
     assert clock.perf_counter() - started < 4
     assert result.reports["slow"].failed == ["capture: TimeoutError: took over 0.5 s"]
     assert result.reports["gpt2"].kept > 0
+
+
+def test_captures_in_several_processes_keep_the_cases_of_one_process(case_set):
+    """--jobs: sources captured in parallel processes are deduplicated in the order given, so the
+    set is the one a single process cuts; an unknown source is reported, not raised."""
+    from bench.model_cases import extract_cases
+
+    result = extract_cases("tiny", ["gpt2", "cnn_norm", "no_such_model"], jobs=2)
+    assert [(c.name, c.key) for c in result.cases] == [(c.name, c.key) for c in case_set.cases]
+    assert result.reports["no_such_model"].failed[0].startswith("capture: KeyError")
 
 
 def test_census_lists_the_cases_whose_sources_a_switch_changes_and_puts_the_switch_back():

@@ -368,7 +368,7 @@ def first_loop_of_each_pass(source: str) -> str:
 def _loop_headers(writer: KernelWriter) -> list[list[str]]:
     """The loop (or loops) over the reduction that each r-section's lines go in. A looped Welford
     reduction's weight is `rstep`, the number of steps in which a lane has met an element of its row."""
-    welford = "welford" in writer.helpers
+    welford = writer.counts_steps
     if writer.row_stride is None:
         step = ["    rstep = roffset // RBLOCK + 1"] if welford else []
         return [[loop_header(writer, "roffset", "0, rnumel, RBLOCK"), "    rindex = roffset + rbase",

@@ -92,6 +92,7 @@ class KernelWriter(TritonMathOps):
         self.section: Section | None = None
         self.pointers: dict[str, str] = {}  # buffer name -> kernel argument name
         self.helpers: set[str] = set()
+        self.counts_steps = False  # a looped Welford reduction weighs each lane by `rstep` (group._loop_headers)
         self.missed_loads: set[str] = set()  # group-written buffers that had to be read from memory
         self._stored: dict[str | tuple[str, str], tuple[Var, int]] = {}  # by buffer or (buffer, offset text)
         self._recompute: dict[str | tuple[str, str], Callable[[], Var]] = {}
@@ -482,7 +483,7 @@ class KernelWriter(TritonMathOps):
         return self._after_loop(f"{acc}_result[:, None]", "int64")
 
     def _welford_looped(self, value: Var, acc: str, dtype: str) -> list[Var]:
-        self.helpers.add("welford")
+        self.counts_steps = True
         self.setup += [f"{acc}_{part} = tl.zeros([XBLOCK, RBLOCK], {TL_DTYPES[dtype]})" for part in ("mean", "m2", "weight")]
         self.section.lines += [
             f"{acc}_delta = {value} - {acc}_mean",
@@ -496,9 +497,14 @@ class KernelWriter(TritonMathOps):
             f"{acc}_mean = tl.where(rxmask, {acc}_mean_next, {acc}_mean)",
             f"{acc}_weight = tl.where(rxmask, {acc}_weight_next, {acc}_weight)",
         ]
-        self.pending_after.append(f"{acc}_mean_out, {acc}_m2_out, {acc}_weight_out = "
-                                  f"tl.reduce(({acc}_mean, {acc}_m2, {acc}_weight), 1, _fw_welford_combine)")
-        return [self._after_loop(f"{acc}_mean_out[:, None]", dtype), self._after_loop(f"{acc}_m2_out[:, None]", dtype)]
+        # The lanes are joined by sums, not by folding Chan's pairwise update over them: the weighted
+        # mean, then each lane's spread about it. A fold rounds at every lane it joins (Triton's
+        # interpreter folds them one by one), and a BatchNorm's statistics then erred several times
+        # more than eager's; sums are trees on the GPU and pairwise in the interpreter.
+        total = f"tl.sum({acc}_weight, 1)[:, None]"
+        mean = self._after_loop(f"tl.sum({acc}_mean * {acc}_weight, 1)[:, None] / {total}", dtype)
+        spread = f"{acc}_weight * ({acc}_mean - {mean}) * ({acc}_mean - {mean})"
+        return [mean, self._after_loop(f"tl.sum({acc}_m2 + tl.where({acc}_weight > 0, {spread}, 0.0), 1)[:, None]", dtype)]
 
 
 def repeats_along_row(index: Expr) -> bool:

@@ -1,11 +1,17 @@
 """Reductions over any dims, with keepdim: sum, mean, prod, amax, amin, max/min.dim,
 argmax, argmin, any, all, var, var_mean, std. Accumulation runs in the compute dtype
-(float32 for bf16/fp16 inputs); variance uses a one-pass welford reduction."""
+(float32 for bf16/fp16 inputs); variance uses a one-pass welford reduction. A sum, product,
+max or min over at most UNROLLED_REDUCTION elements is a pointwise expression of its loads."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any, Sequence
 
+import sympy
+
+from compiler.dependencies import DependencyRecorder, MemoryDep
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
@@ -18,6 +24,19 @@ def reduction_dims(x: TensorValue, dims: Sequence[int] | int | None) -> list[int
     if isinstance(dims, int):
         dims = [dims]
     return sorted({normalize_dim(d, x.rank) for d in dims})
+
+
+# A reduction over this few elements whose neighbouring rows lie apart in everything it reads becomes
+# a pointwise expression of its loads: a kernel then walks the result's points in whatever order its
+# loads coalesce (compiler/pointwise_order.py), and the expression fuses into its consumers as any
+# pointwise value does. ResNeSt's sum over 2 radix groups of a channels-last tensor ran as a
+# reduction over rows of 2 whose neighbouring rows lay 256 elements apart: 198 us, unrolled 32 (Inductor
+# 32; H100, 2026-11-27). Where one load is contiguous from row to row (a sum over the batch of a
+# row-major tensor: T5's bias gradient, GPT-2's bias gradient), the reduction kernel already walks well,
+# and unrolled those ran 1.2-1.7x slower: they stay reductions.
+UNROLLED_REDUCTION = 8
+UNROLL_SMALL_REDUCTIONS = True  # off: every reduction is a reduction kernel (A/B runs, bench/switch_ab.py)
+_UNROLLED_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
 
 
 def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int | None, reduction_type: str,
@@ -44,11 +63,44 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
             full[d] = r
         return ops.to_dtype(x.load(ops, full), cast_to)
 
-    outputs = ctx.reduce(ranges, reduction_ranges, reduction_type, body, out_dtypes or [accumulate_dtype])
+    count = math.prod(reduction_ranges)
+    if UNROLL_SMALL_REDUCTIONS and reduction_type in _UNROLLED_COMBINE and 0 < count <= UNROLLED_REDUCTION \
+            and not out_dtypes and _rows_lie_apart(body, ranges, reduction_ranges):
+        outputs = [_unrolled(body, ranges, reduction_ranges, _UNROLLED_COMBINE[reduction_type], accumulate_dtype)]
+    else:
+        outputs = ctx.reduce(ranges, reduction_ranges, reduction_type, body, out_dtypes or [accumulate_dtype])
     if keepdim:
         keep_size = [1 if d in dims else s for d, s in enumerate(x.size)]
         return [reshape(o, keep_size) for o in outputs]
     return list(outputs)
+
+
+def _rows_lie_apart(body, ranges: Sequence[int], reduction_ranges: Sequence[int]) -> bool:
+    """Whether every load of a reduction's body steps a known distance other than one element
+    from a row to the next along its innermost kept dim (broadcast loads step none)."""
+    inner = next((d for d in reversed(range(len(ranges))) if ranges[d] > 1), None)
+    if inner is None:
+        return False
+    index = [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(len(ranges))]
+    rindex = [sympy.Symbol(f"r{d}", integer=True, nonnegative=True) for d in range(len(reduction_ranges))]
+    recorder = DependencyRecorder(tuple(ranges))
+    body(recorder, index, rindex)
+    loads = [dep for dep in recorder.reads if isinstance(dep, MemoryDep)]
+    if not loads or len(loads) < len(recorder.reads):  # a gather's step is not known
+        return False
+    steps = [sympy.simplify(dep.index.subs(index[inner], index[inner] + 1) - dep.index) for dep in loads]
+    return all(step.is_Integer and abs(int(step)) != 1 for step in steps)
+
+
+def _unrolled(body, ranges: Sequence[int], reduction_ranges: Sequence[int], combine: str, dtype: str) -> Lazy:
+    """The reduction as a pointwise value: `combine` folded over every reduced element, in order."""
+    def load(ops, index):
+        values = (body(ops, index, list(rindex)) for rindex in itertools.product(*map(range, reduction_ranges)))
+        result = next(values)
+        for value in values:
+            result = getattr(ops, combine)(result, value)
+        return result
+    return Lazy(tuple(ranges), dtype, load)
 
 
 def _scaled(value: TensorValue, scale_fn, dtype: str) -> Lazy:

@@ -440,6 +440,23 @@ HELD_OUT_2: dict[str, Spec] = {
 }
 HELD_OUT.update(HELD_OUT_2)
 
+# A third group (2026-11-27), added before any of its kernels were timed: weight standardization
+# inside every convolution (NF-ResNet), multi-resolution branches joined by nearest upsampling
+# (HRNet), residuals added to a channel slice (ReXNet), channels-first LayerNorm, cross-covariance
+# attention and Fourier position encodings (EdgeNeXt), attention over spatially reduced keys
+# (PVT-v2), split attention over radix groups (ResNeSt). Tiny images are 64 x 64: at 32 x 32 the
+# last stage of a stride-32 network holds one pixel per image.
+SMALL_IMAGE = {"tiny": (2, 3, 64, 64), "bench": (32, 3, 224, 224)}
+HELD_OUT_3: dict[str, Spec] = {
+    "nfresnet": Spec(_timm_model("nf_resnet26", {}), "image", SMALL_IMAGE, CLASSES),
+    "hrnet": Spec(_timm_model("hrnet_w18_small", {}), "image", SMALL_IMAGE, CLASSES),
+    "rexnet": Spec(_timm_model("rexnet_100", {}), "image", SMALL_IMAGE, CLASSES),
+    "edgenext": Spec(_timm_model("edgenext_xx_small", {}), "image", SMALL_IMAGE, CLASSES),
+    "pvt_v2": Spec(_timm_model("pvt_v2_b0", {}), "image", SMALL_IMAGE, CLASSES),
+    "resnest": Spec(_timm_model("resnest14d", {}), "image", SMALL_IMAGE, CLASSES),
+}
+HELD_OUT.update(HELD_OUT_3)
+
 
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
