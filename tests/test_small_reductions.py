@@ -3,9 +3,10 @@
 - a sum, product, max or min over at most 8 elements whose rows lie apart in every buffer it
   reads (ResNeSt's sum over radix groups of a channels-last tensor) is a pointwise expression of
   its loads, not a reduction kernel over rows of 2 (compiler/lowering/reductions.py);
-- a looped Welford reduction joins its lanes by sums, not by folding Chan's update over them:
-  ReXNet's BatchNorm statistics erred several times more than eager's, and its training step
-  failed the float64 rule (compiler/codegen/kernel.py)."""
+- under Triton's interpreter a looped Welford reduction joins its lanes by sums, not by folding
+  Chan's update over them one lane at a time: ReXNet's BatchNorm statistics erred several times
+  more than eager's, and its training step failed the float64 rule. A GPU folds them in a tree
+  and keeps the update (compiler/codegen/kernel.py)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,24 @@ def test_looped_batch_norm_statistics_err_no_more_than_twice_eager():
     for got, base, want in zip(ours, eager, reference):
         error, eager_error = (got.double() - want).abs().max(), (base.double() - want).abs().max()
         assert error <= 2 * eager_error + 1e-9, (error, eager_error)
+    large = [torch.empty(32, 64, 112, 112), torch.zeros(64), torch.ones(64)]  # compiled only: ResNet's stem, looped
+    gpu = compiler.compile(from_fx(make_fx(statistics)(*large), large), "cuda:sm_90",
+                           {"autotune": False, "benchmark_fusion": False})
+    looped = [gpu.kernel_source(k) for k in gpu.manifest["kernels"] if "rstep" in gpu.kernel_source(k)]
+    assert looped and all("_fw_welford_combine" in source for source in looped)  # the GPU's tree keeps the update
+
+
+def test_an_unrolled_intermediate_lies_as_its_input_and_a_graph_output_as_eager_lays_it():
+    from compiler.bounds import WorkLimits
+    from compiler.lowering import lower
+
+    def radix_sum(x):
+        return x.view(x.shape[0], 2, x.shape[1] // 2, x.shape[2], x.shape[3]).sum(1)
+
+    x = channels_last((3, 10, 5, 7), seed=6)
+    program = lower(from_fx(make_fx(lambda v: radix_sum(v).mean((2, 3)))(x), [x]), WorkLimits())
+    sums = [b.layout for b in program.buffers.values() if b.layout.size == (3, 5, 5, 7)]
+    assert sums and all(layout.stride == (175, 1, 35, 5) for layout in sums)  # channels-last, as its input
+
+    result = check(radix_sum, x)
+    assert result.outputs[0].stride() == result.expected[0].stride()  # eager's own strides for an output

@@ -30,6 +30,13 @@ __all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError", "
 # Its loop then walks the row from the aligned element before it, masking the few lanes outside
 # it: 16 elements are 16 bytes or more for every dtype.
 ROW_ALIGN = 16
+# Under Triton's interpreter (the "cpu" target) a looped Welford reduction joins its lanes by sums
+# (the weighted mean, then each lane's M2 and spread about it): the interpreter folds Chan's update
+# over the lanes one at a time, rounding at each, and ReXNet's BatchNorm statistics erred 18x eager's
+# (its training step failed the float64 rule). A GPU folds them in a tree, and there the sums' two
+# passes over the lanes were 3-6 % slower on BatchNorm statistics of 4096-8192 lanes (1.002x over 30
+# cases; H100, 2026-11-27): cuda targets keep the fold. Off: the fold everywhere (A/B runs).
+WELFORD_LANES_BY_SUMS = True
 RPOS = sympy.Symbol("rpos", integer=True, nonnegative=True)  # a lane's position in its aligned row window
 PID = sympy.Symbol("pid", integer=True, nonnegative=True)  # a mixed-order kernel's program id
 
@@ -497,10 +504,12 @@ class KernelWriter(TritonMathOps):
             f"{acc}_mean = tl.where(rxmask, {acc}_mean_next, {acc}_mean)",
             f"{acc}_weight = tl.where(rxmask, {acc}_weight_next, {acc}_weight)",
         ]
-        # The lanes are joined by sums, not by folding Chan's pairwise update over them: the weighted
-        # mean, then each lane's spread about it. A fold rounds at every lane it joins (Triton's
-        # interpreter folds them one by one), and a BatchNorm's statistics then erred several times
-        # more than eager's; sums are trees on the GPU and pairwise in the interpreter.
+        # the interpreter's lanes joined by sums (WELFORD_LANES_BY_SUMS): numpy sums them pairwise
+        if not (WELFORD_LANES_BY_SUMS and self.portable_math):
+            self.helpers.add("welford")
+            self.pending_after.append(f"{acc}_mean_out, {acc}_m2_out, {acc}_weight_out = "
+                                      f"tl.reduce(({acc}_mean, {acc}_m2, {acc}_weight), 1, _fw_welford_combine)")
+            return [self._after_loop(f"{acc}_mean_out[:, None]", dtype), self._after_loop(f"{acc}_m2_out[:, None]", dtype)]
         total = f"tl.sum({acc}_weight, 1)[:, None]"
         mean = self._after_loop(f"tl.sum({acc}_mean * {acc}_weight, 1)[:, None] / {total}", dtype)
         spread = f"{acc}_weight * ({acc}_mean - {mean}) * ({acc}_mean - {mean})"

@@ -29,6 +29,14 @@ def _fw_argmin_combine(value_a, index_a, value_b, index_b):
     take_a = (value_a < value_b) | (nan_a & ~nan_b) | ((value_a == value_b) | (nan_a & nan_b)) & (index_a < index_b)
     return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
 ''',
+    # Chan's pairwise update: how a GPU joins a looped Welford reduction's lanes (codegen.kernel.WELFORD_LANES_BY_SUMS)
+    "welford": '''@triton.jit
+def _fw_welford_combine(mean_a, m2_a, weight_a, mean_b, m2_b, weight_b):
+    weight = weight_a + weight_b
+    delta = mean_b - mean_a
+    fraction = tl.where(weight == 0.0, 0.0, weight_b / tl.where(weight == 0.0, 1.0, weight))
+    return mean_a + delta * fraction, m2_a + m2_b + delta * delta * weight_a * fraction, weight
+''',
 }
 
 
