@@ -60,6 +60,13 @@ def test_a_small_sum_over_the_batch_of_a_row_major_tensor_stays_a_reduction():
     assert 4 in reduced_lengths(result.artifact)
 
 
+def test_rows_of_a_few_contiguous_elements_stay_a_reduction():
+    """The reduced elements lie side by side: a reduction kernel's tile runs along them (a LayerNorm
+    backward's row sums over rows of 7 stay in its mixed kernel)."""
+    result = check(lambda x: x.sum(-1), rand((12, 7), seed=7))
+    assert 7 in reduced_lengths(result.artifact)
+
+
 def test_looped_batch_norm_statistics_err_no_more_than_twice_eager():
     """Statistics of 2048 values per channel with a mean well away from zero, in a looped kernel:
     folding the lanes' Welford states one by one erred 18x eager's on the mean."""

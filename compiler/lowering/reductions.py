@@ -33,7 +33,7 @@ def reduction_dims(x: TensorValue, dims: Sequence[int] | int | None) -> list[int
 # reduction over rows of 2 whose neighbouring rows lay 256 elements apart: 198 us, unrolled 32 (Inductor
 # 32; H100, 2026-11-27). Where one load is contiguous from row to row (a sum over the batch of a
 # row-major tensor: T5's bias gradient, GPT-2's bias gradient), the reduction kernel already walks well,
-# and unrolled those ran 1.2-1.7x slower: they stay reductions.
+# and unrolled those ran 1.2-1.7x slower: they stay reductions, as do rows of a few contiguous elements.
 UNROLLED_REDUCTION = 8
 UNROLL_SMALL_REDUCTIONS = True  # off: every reduction is a reduction kernel (A/B runs, bench/switch_ab.py)
 _UNROLLED_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
@@ -77,10 +77,13 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
 
 
 def _rows_lie_apart(body, ranges: Sequence[int], reduction_ranges: Sequence[int]) -> bool:
-    """Whether every load of a reduction's body steps a known distance other than one element
-    from a row to the next along its innermost kept dim (broadcast loads step none)."""
+    """Whether every load of a reduction's body steps a known distance other than one element both
+    from a row to the next (along its innermost kept dim) and from one reduced element to the next
+    (along its innermost reduced dim): a reduction kernel's tile then runs along neither. Broadcast
+    loads step none."""
     inner = next((d for d in reversed(range(len(ranges))) if ranges[d] > 1), None)
-    if inner is None:
+    reduced = next((d for d in reversed(range(len(reduction_ranges))) if reduction_ranges[d] > 1), None)
+    if inner is None or reduced is None:
         return False
     index = [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(len(ranges))]
     rindex = [sympy.Symbol(f"r{d}", integer=True, nonnegative=True) for d in range(len(reduction_ranges))]
@@ -89,7 +92,8 @@ def _rows_lie_apart(body, ranges: Sequence[int], reduction_ranges: Sequence[int]
     loads = [dep for dep in recorder.reads if isinstance(dep, MemoryDep)]
     if not loads or len(loads) < len(recorder.reads):  # a gather's step is not known
         return False
-    steps = [sympy.simplify(dep.index.subs(index[inner], index[inner] + 1) - dep.index) for dep in loads]
+    steps = [sympy.simplify(dep.index.subs(symbol, symbol + 1) - dep.index)
+             for dep in loads for symbol in (index[inner], rindex[reduced])]
     return all(step.is_Integer and abs(int(step)) != 1 for step in steps)
 
 
