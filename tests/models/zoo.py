@@ -460,14 +460,14 @@ HELD_OUT.update(HELD_OUT_2)
 # attention and Fourier position encodings (EdgeNeXt), attention over spatially reduced keys
 # (PVT-v2), split attention over radix groups (ResNeSt). Tiny images are 64 x 64: at 32 x 32 the
 # last stage of a stride-32 network holds one pixel per image.
-SMALL_IMAGE = {"tiny": (2, 3, 64, 64), "bench": (32, 3, 224, 224)}
+IMAGE_64 = {"tiny": (2, 3, 64, 64), "bench": (32, 3, 224, 224)}
 HELD_OUT_3: dict[str, Spec] = {
-    "nfresnet": Spec(_nf_resnet, "image", SMALL_IMAGE, CLASSES),
-    "hrnet": Spec(_timm_model("hrnet_w18_small", {}), "image", SMALL_IMAGE, CLASSES),
-    "rexnet": Spec(_timm_model("rexnet_100", {}), "image", SMALL_IMAGE, CLASSES),
-    "edgenext": Spec(_timm_model("edgenext_xx_small", {}), "image", SMALL_IMAGE, CLASSES),
-    "pvt_v2": Spec(_timm_model("pvt_v2_b0", {}), "image", SMALL_IMAGE, CLASSES),
-    "resnest": Spec(_timm_model("resnest14d", {}), "image", SMALL_IMAGE, CLASSES),
+    "nfresnet": Spec(_nf_resnet, "image", IMAGE_64, CLASSES),
+    "hrnet": Spec(_timm_model("hrnet_w18_small", {}), "image", IMAGE_64, CLASSES),
+    "rexnet": Spec(_timm_model("rexnet_100", {}), "image", IMAGE_64, CLASSES),
+    "edgenext": Spec(_timm_model("edgenext_xx_small", {}), "image", IMAGE_64, CLASSES),
+    "pvt_v2": Spec(_timm_model("pvt_v2_b0", {}), "image", IMAGE_64, CLASSES),
+    "resnest": Spec(_timm_model("resnest14d", {}), "image", IMAGE_64, CLASSES),
 }
 HELD_OUT.update(HELD_OUT_3)
 
