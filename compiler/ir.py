@@ -36,11 +36,16 @@ class Layout:
 
     @staticmethod
     def contiguous(size: Sequence[int], dtype: str) -> "Layout":
-        strides, running = [], 1
-        for dim in reversed(size):
-            strides.append(running)
-            running *= max(dim, 1)
-        return Layout(tuple(size), tuple(reversed(strides)), 0, dtype)
+        return Layout.dense(size, range(len(size)), dtype)
+
+    @staticmethod
+    def dense(size: Sequence[int], order: Sequence[int], dtype: str) -> "Layout":
+        """A dense layout whose dims lie in storage in `order`, outermost first."""
+        stride, running = [0] * len(size), 1
+        for dim in reversed(order):
+            stride[dim] = running
+            running *= max(size[dim], 1)
+        return Layout(tuple(size), tuple(stride), 0, dtype)
 
     @property
     def numel(self) -> int:

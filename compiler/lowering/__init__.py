@@ -29,7 +29,7 @@ from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import convolution_bias, registry
 from compiler.lowering.composite import outer_product
-from compiler.lowering.context import LoweringContext, LoweringError, dense_in_order, dense_layout
+from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
 from compiler.lowering.extern_layouts import device_layouts
 from compiler.lowering.memo import signature
 from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, padded_layout, viewed_by_outputs
@@ -153,7 +153,7 @@ def _finish_one(ctx: LoweringContext, value: Any, meta: torch.Tensor | None, rea
             return ctx.realize(value)
         layout = dense_layout(meta)
         if value.order is not None and ctx.origin not in ctx.graph_outputs:
-            layout = dense_in_order(layout.size, value.order, layout.dtype)
+            layout = Layout.dense(layout.size, value.order, layout.dtype)
         keeps_rows = pad is not None and value.size and all(last == value.size[-1] for last in pad)
         return ctx.realize(value, padded_layout(layout) if keeps_rows else layout)
     return value

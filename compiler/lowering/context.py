@@ -31,15 +31,6 @@ def dense_layout(meta: torch.Tensor) -> Layout:
     return layout if meta.numel() > 0 and layout.is_dense() else Layout.contiguous(size, dtype)
 
 
-def dense_in_order(size: Sequence[int], order: Sequence[int], dtype: str) -> Layout:
-    """A dense layout of `size` whose dims lie in storage in `order`, outermost first."""
-    stride, running = [0] * len(size), 1
-    for dim in reversed(order):
-        stride[dim] = running
-        running *= max(size[dim], 1)
-    return Layout(tuple(size), tuple(stride), 0, dtype)
-
-
 @dataclass
 class LoweringContext:
     program: Program
