@@ -77,8 +77,9 @@ def test_max_pool2d_backward_of_a_3d_input_and_a_transposed_gradient():
 AVG_POOLS = [  # kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
     ([3, 3], [1, 1], [1, 1], False, False, None),   # PoolFormer's token mixer
     ([3, 3], [2, 2], [1, 1], True, True, None),     # ceil_mode: the last window hangs past the padding
+    ([3, 3], [2, 2], [1, 1], False, True, None),    # ResNeSt's: no window clipped, a constant divisor
     ([2, 2], [2, 2], [0, 0], False, True, None),    # DenseNet's transitions
-    ([3, 2], [2, 1], [1, 0], True, False, None),    # uneven window, padding not counted
+    ([3, 2], [2, 1], [1, 0], True, False, None),    # uneven window, padding not counted (constant along W only)
     ([3, 3], [], [1, 1], False, True, 5),           # stride defaults to the window; an override
 ]
 
@@ -105,3 +106,17 @@ def test_avg_pool2d_fuses_with_its_neighbours_on_a_channels_last_input():
     result = check(token_mixer, rand((2, 5, 8, 7)).to(memory_format=torch.channels_last))
     assert len(result.artifact.manifest["kernels"]) == 1
     check(lambda x: torch.ops.aten.avg_pool2d(x, [2, 2], [2, 2]), rand((3, 10, 9)))  # a 3-D input
+
+
+def test_a_pool_whose_windows_are_never_clipped_divides_by_a_constant():
+    """3x3 windows of stride 2 with padding 1 over 13 x 11 counting padding: none reaches past the
+    padded input, so no window's bounds are computed for its divisor (lowering/pooling.py)."""
+    def backward(x, grad):
+        return torch.ops.aten.avg_pool2d_backward(grad, x, [3, 3], [2, 2], [1, 1], False, True, None)
+
+    def clipped(x, grad):  # ceil_mode: the last row of windows hangs past the padding
+        return torch.ops.aten.avg_pool2d_backward(grad, x, [3, 3], [2, 2], [1, 1], True, True, None)
+
+    grad = rand((2, 3, 7, 6), seed=1)
+    assert "minimum" not in check(backward, rand((2, 3, 13, 11)), grad).kernel_sources
+    assert "minimum" in check(clipped, rand((2, 3, 12, 11)), grad).kernel_sources  # rows: ceil(11 / 2) + 1 = 7

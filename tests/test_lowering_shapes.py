@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from compiler.lowering import shapes
 from tests.lowering_cases import BF16, BOOL, FLOAT32, INT64, check, expanded, rand, strided, transposed
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
@@ -149,6 +150,38 @@ def test_cat_mixed_dtypes_promotes():
 
 def test_cat_size_1000():
     check(lambda a, b: torch.cat([a, b]), rand((1000,)), rand((7,), seed=1))
+
+
+def interleaved_position_embedding(sin_a, cos_a, sin_b, cos_b):
+    """EdgeNeXt's: two stacks of sin and cos interleaved along a new last dim, flattened, concatenated."""
+    first = torch.stack([sin_a, cos_a], 4).view(*sin_a.shape[:3], -1)
+    second = torch.stack([sin_b, cos_b], 4).view(*sin_b.shape[:3], -1)
+    return torch.cat([second, first], 3).permute(0, 3, 1, 2)
+
+
+def index_divisions(source: str) -> int:
+    return source.count("//") + source.count("%")
+
+
+def test_a_cat_of_flattened_stacks_reads_its_producers_without_extra_divisions(monkeypatch):
+    """The pieces' lengths (32) divide the cat's (64): each piece's index wraps, so the divisions that
+    unflatten it into the stacks' dims join with the cat dim's own (lowering/shapes.py)."""
+    pieces = [rand((2, 3, 5, 16), seed=i) for i in range(4)]
+    wrapped = check(interleaved_position_embedding, *pieces).kernel_sources
+    monkeypatch.setattr(shapes, "WRAPPED_PIECE_INDEX", False)
+    plain = check(interleaved_position_embedding, *pieces).kernel_sources
+    assert index_divisions(wrapped) < index_divisions(plain)
+
+
+def test_a_piece_whose_length_does_not_divide_the_cat_keeps_a_plain_offset(monkeypatch):
+    """ReXNet's channel cat (27 + 11 of 38): a modulo by 27 in every element cost more than it saved."""
+    def fn(a, b):
+        return torch.cat([a * 2, b], 1)
+
+    inputs = rand((2, 5, 3, 4), seed=1), rand((2, 3, 3, 4), seed=2)
+    source = check(fn, *inputs).kernel_sources
+    monkeypatch.setattr(shapes, "WRAPPED_PIECE_INDEX", False)
+    assert source == check(fn, *inputs).kernel_sources
 
 
 @pytest.mark.parametrize("dim", [0, 1, 2, -1])

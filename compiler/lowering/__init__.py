@@ -31,6 +31,7 @@ from compiler.lowering import convolution_bias, registry
 from compiler.lowering.composite import outer_product
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
 from compiler.lowering.extern_layouts import device_layouts
+from compiler.lowering.layout_choice import follows_loads, layout_free_nodes, strides_differ
 from compiler.lowering.memo import signature
 from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, padded_layout, viewed_by_outputs
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
@@ -53,6 +54,7 @@ def lower(graph: Graph, limits: WorkLimits | None = None, eager_random: bool = T
     ctx = LoweringContext(program, limits=limits or WorkLimits(), eager_random=eager_random)
     ctx.graph_outputs = viewed_by_outputs(graph)
     padded = matmul_operands(graph, ctx.graph_outputs)
+    ctx.layout_free = layout_free_nodes(graph, ctx.graph_outputs) - set(padded)
     env: dict[str, Any] = {}
     for i, spec in enumerate(graph.inputs):
         layout = Layout(tuple(spec.shape), tuple(spec.strides()), 0, spec.dtype)
@@ -102,17 +104,24 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
     for node in graph.nodes:
         args = [_wire_arg(a, env) for a in node.args]
         kwargs = {k: _wire_arg(v, env) for k, v in node.kwargs.items()}
+        eager_args = None
         if depth == 0:
             ctx.origin = node.name
             ctx.program.origin_ops[node.name] = node.target.split(".")[1]
+            if _reads_any(node, ctx.eager_metas):
+                eager_args = ([_eager_arg(ctx, a, env) for a in node.args],
+                              {k: _eager_arg(ctx, v, env) for k, v in node.kwargs.items()})
         try:
-            result = lower_call(ctx, node.target, args, kwargs, depth)
+            result = lower_call(ctx, node.target, args, kwargs, depth, eager_args)
         except (LoweringError, ConversionError, LimitExceeded):
             raise
         except Exception as exc:  # a lowering bug must name the node, not crash anonymously
             raise LoweringError(f"node '{ctx.origin}' ({node.target}): {type(exc).__name__}: {exc}") from exc
+        choose_layout = depth == 0 and node.name in ctx.layout_free
         env[node.name] = _finish(ctx, result, realize_all=depth == 0 or users.get(node.name, 0) > 1,
-                                 pad=(padded or {}).get(node.name))
+                                 pad=(padded or {}).get(node.name), choose_layout=choose_layout)
+        if eager_args is not None or choose_layout:
+            _note_eager_metas(ctx, node.name, env[node.name], every_buffer=eager_args is not None)
         first = node.args[0] if node.args else None
         if isinstance(first, Ref) and first.index is None and torch.Tag.inplace_view in resolve_op(node.target).tags:
             env[first.ref] = env[node.name]  # x.squeeze_() changed x itself: later reads of x see the new view
@@ -135,25 +144,60 @@ def _count_refs(value: Any, counts: dict[str, int]) -> None:
             _count_refs(item, counts)
 
 
-def _finish(ctx: LoweringContext, result: Any, realize_all: bool, pad: list[int] | None = None) -> Any:
-    """Realizes lazy results (with the layout eager would give) when the caller asks for it; with
-    padded rows when `pad` (the last sizes the result's reshapes ask for) keeps rows whole."""
+def _reads_any(node: Any, names: dict[str, Any]) -> bool:
+    found: dict[str, int] = {}
+    _count_refs(node.args, found)
+    _count_refs(list(node.kwargs.values()), found)
+    return not found.keys().isdisjoint(names)
+
+
+def _eager_arg(ctx: LoweringContext, value: Any, env: dict[str, Any]) -> Any:
+    """A wire argument as eager sees it: meta tensors with eager's strides where our buffer lies otherwise."""
+    if isinstance(value, Ref) and value.ref in ctx.eager_metas:
+        meta = ctx.eager_metas[value.ref]
+        return meta if value.index is None else meta[value.index]
+    if isinstance(value, list):
+        return [_eager_arg(ctx, v, env) for v in value]
+    return to_meta(_wire_arg(value, env))
+
+
+def _note_eager_metas(ctx: LoweringContext, name: str, value: Any, every_buffer: bool) -> None:
+    """Keeps eager's meta tensors for node `name` when its result lies otherwise than they say:
+    later nodes then see eager's strides (layout_choice.py). Where the node read no such result, only
+    buffers laid out by their loads count: an extern result's device layout, or a bias added to it in
+    that layout, is one eager gives too."""
+    values = list(value) if isinstance(value, tuple) else [value]
+    metas = ctx.out_meta
+    if not any(isinstance(v, StorageView) and isinstance(m, torch.Tensor) and strides_differ(v.layout, m.stride())
+               and (every_buffer or v.buffer.name in ctx.laid_out_by_loads) for v, m in zip(values, metas)):
+        return
+    ctx.eager_metas[name] = tuple(metas) if isinstance(value, tuple) else metas[0]
+
+
+def _finish(ctx: LoweringContext, result: Any, realize_all: bool, pad: list[int] | None = None,
+            choose_layout: bool = False) -> Any:
+    """Realizes lazy results (with the layout eager would give, or the one their loads walk where
+    `choose_layout`: layout_choice.py) when the caller asks for it; with padded rows when `pad` (the
+    last sizes the result's reshapes ask for) keeps rows whole."""
     if isinstance(result, (list, tuple)):
-        return tuple(_finish_one(ctx, r, m, realize_all) for r, m in zip(result, ctx.out_meta))
-    return _finish_one(ctx, result, ctx.out_meta[0] if ctx.out_meta else None, realize_all, pad)
+        return tuple(_finish_one(ctx, r, m, realize_all, choose_layout=choose_layout)
+                     for r, m in zip(result, ctx.out_meta))
+    return _finish_one(ctx, result, ctx.out_meta[0] if ctx.out_meta else None, realize_all, pad, choose_layout)
 
 
 def _finish_one(ctx: LoweringContext, value: Any, meta: torch.Tensor | None, realize_all: bool,
-                pad: list[int] | None = None) -> Any:
+                pad: list[int] | None = None, choose_layout: bool = False) -> Any:
     if isinstance(value, TensorValue) and meta is not None and value.dtype != str(meta.dtype).removeprefix("torch."):
-        order = value.order if isinstance(value, Lazy) else None
-        value = Lazy(value.size, str(meta.dtype).removeprefix("torch."), value.load, order)  # e.g. a bf16 sum kept in fp32
+        value = Lazy(value.size, str(meta.dtype).removeprefix("torch."), value.load)  # e.g. a bf16 sum kept in fp32
     if isinstance(value, Lazy) and realize_all:
         if meta is None or tuple(meta.shape) != value.size:
             return ctx.realize(value)
         layout = dense_layout(meta)
-        if value.order is not None and ctx.origin not in ctx.graph_outputs:
-            layout = Layout.dense(layout.size, value.order, layout.dtype)
+        chosen = follows_loads(value, layout) if choose_layout else None
+        if chosen is not None:
+            realized = ctx.realize(value, chosen)
+            ctx.laid_out_by_loads.add(realized.buffer.name)
+            return realized
         keeps_rows = pad is not None and value.size and all(last == value.size[-1] for last in pad)
         return ctx.realize(value, padded_layout(layout) if keeps_rows else layout)
     return value
@@ -180,9 +224,12 @@ _KERNEL_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64", "int64"
                             "uint8", "bool"})
 
 
-def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, depth: int = 0) -> Any:
+def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, depth: int = 0,
+               eager_args: tuple[list, dict] | None = None) -> Any:
+    """`eager_args`: the arguments as meta tensors with eager's strides, where some buffer lies
+    otherwise (layout_choice.py); the op's meta outputs come from them."""
     op = resolve_op(target)
-    ctx.out_meta = _meta_outputs(ctx, op, args, kwargs)
+    ctx.out_meta = _meta_outputs(ctx, op, *(eager_args or (args, kwargs)))
     if torch.Tag.inplace_view in op.tags:
         return _lower_inplace_view(ctx, target, args, kwargs, depth)
     mutated_index = _mutated_argument(op)

@@ -38,6 +38,10 @@ class LoweringContext:
     out_meta: list[torch.Tensor] = field(default_factory=list)
     padded_copies: dict[tuple, StorageView] = field(default_factory=dict)  # lowering.padding.padded_operand
     graph_outputs: set[str] = field(default_factory=set)  # wire nodes that are graph outputs or viewed by one
+    layout_free: set[str] = field(default_factory=set)  # wire nodes a layout may be chosen for (layout_choice.py)
+    laid_out_by_loads: set[str] = field(default_factory=set)  # buffers layout_choice.py laid out, not eager
+    # eager's meta tensors of the wire nodes whose buffers lie otherwise (layout_choice.py), as env holds them
+    eager_metas: dict[str, Any] = field(default_factory=dict)
     limits: WorkLimits = field(default_factory=WorkLimits)  # every op's output is checked against them
     memo: dict = field(default_factory=dict)  # meta outputs and decompositions by op signature (lowering/memo.py)
     eager_random: bool = True  # random ops run as ATen calls (CompileOptions.eager_random)

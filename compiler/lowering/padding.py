@@ -87,7 +87,7 @@ def _reshape_lasts(name: str, users: dict[str, list], op_of: dict[str, str]) -> 
                 pending.append((user.name, False))
             elif op in TRANSPOSES and not transposed:
                 pending.append((user.name, True))
-            elif op in RESHAPES | TRANSPOSES or _is_view(user.target):
+            elif op in RESHAPES | TRANSPOSES or is_view(user.target):
                 return None  # a view we cannot vouch for
     return lasts
 
@@ -95,7 +95,7 @@ def _reshape_lasts(name: str, users: dict[str, list], op_of: dict[str, str]) -> 
 def viewed_by_outputs(graph: Graph) -> set[str]:
     """The graph's outputs and the nodes they are views of (a result whose strides the caller sees)."""
     base_of = {node.name: node.args[0].ref for node in graph.nodes
-               if node.args and isinstance(node.args[0], Ref) and _is_view(node.target)}
+               if node.args and isinstance(node.args[0], Ref) and is_view(node.target)}
     seen: set[str] = set()
     for ref in graph.outputs:
         name: str | None = ref.ref
@@ -105,7 +105,7 @@ def viewed_by_outputs(graph: Graph) -> set[str]:
     return seen
 
 
-def _is_view(target: str) -> bool:
+def is_view(target: str) -> bool:
     """Whether the op's result may alias its input (slice, select, expand, as_strided...)."""
     from compiler.fx_import import resolve_op
 

@@ -135,7 +135,9 @@ def avg_pool2d(ctx: LoweringContext, x: TensorValue, kernel_size: Sequence[int],
     (kh, kw), (sh, sw), (ph, pw), _ = _window(kernel_size, stride, padding, 1, x.rank)
     height, width = x.size[-2], x.size[-1]
     acc = compute_dtype(x.dtype)
-    divisor = _divisor(((kh, sh, ph, height), (kw, sw, pw, width)), count_include_pad, divisor_override, acc)
+    out_h, out_w = ctx.out_size[-2], ctx.out_size[-1]
+    divisor = _divisor(((kh, sh, ph, height, out_h), (kw, sw, pw, width, out_w)), count_include_pad, divisor_override,
+                       acc)
 
     def load(ops, index):
         oh, ow = index[-2], index[-1]
@@ -161,7 +163,8 @@ def avg_pool2d_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue,
     (kh, kw), (sh, sw), (ph, pw), _ = _window(kernel_size, stride, padding, 1, x.rank)
     rows, columns = _covering(kh, sh, ph, 1, grad.size[-2]), _covering(kw, sw, pw, 1, grad.size[-1])
     acc = compute_dtype(ctx.out_dtype)
-    divisor = _divisor(((kh, sh, ph, x.size[-2]), (kw, sw, pw, x.size[-1])), count_include_pad, divisor_override, acc)
+    divisor = _divisor(((kh, sh, ph, x.size[-2], grad.size[-2]), (kw, sw, pw, x.size[-1], grad.size[-1])),
+                       count_include_pad, divisor_override, acc)
 
     def load(ops, index):
         total = ops.constant(0.0, acc)
@@ -178,15 +181,23 @@ def avg_pool2d_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue,
     return Lazy(x.size, ctx.out_dtype, load)
 
 
-def _divisor(dims: tuple[tuple[int, int, int, int], ...], count_include_pad: bool, divisor_override: int | None,
+CONSTANT_DIVISORS = True  # off: every window's divisor computed from its clamped bounds (A/B runs, bench/switch_ab.py)
+
+
+def _divisor(dims: tuple[tuple[int, int, int, int, int], ...], count_include_pad: bool, divisor_override: int | None,
              dtype: str) -> Any:
-    """`divisor(ops, oh, ow)`: what ATen divides the window at (oh, ow) by. `dims`: (kernel,
-    stride, pad, input extent) along H and W."""
+    """`divisor(ops, oh, ow)`: what ATen divides the window at (oh, ow) by. `dims`: (kernel, stride,
+    pad, input extent, output extent) along H and W. A dim along which no window is clipped counts
+    its whole kernel, a constant: ResNeSt's 3x3 pools of stride 2 then divide by 9, not by a length
+    computed for every window."""
     def divisor(ops, oh, ow):
         if divisor_override:
             return ops.constant(float(divisor_override), dtype)
-        size = None
-        for (kernel, stride, pad, extent), out in zip(dims, (oh, ow)):
+        size, whole = None, 1
+        for (kernel, stride, pad, extent, out_extent), out in zip(dims, (oh, ow)):
+            if CONSTANT_DIVISORS and _never_clipped(kernel, stride, pad, extent, out_extent, count_include_pad):
+                whole *= kernel
+                continue
             start = ops.index_expr(out * stride - pad, "int64")
             end = ops.minimum(ops.add(start, ops.constant(kernel, "int64")), ops.constant(extent + pad, "int64"))
             if not count_include_pad:
@@ -194,9 +205,22 @@ def _divisor(dims: tuple[tuple[int, int, int, int], ...], count_include_pad: boo
                 end = ops.minimum(end, ops.constant(extent, "int64"))
             length = ops.sub(end, start)
             size = length if size is None else ops.mul(size, length)
+        if size is None:
+            return ops.constant(float(whole), dtype)
+        if whole != 1:
+            size = ops.mul(size, ops.constant(whole, "int64"))
         return ops.to_dtype(size, dtype)
 
     return divisor
+
+
+def _never_clipped(kernel: int, stride: int, pad: int, extent: int, out_extent: int, count_include_pad: bool) -> bool:
+    """Whether every window along a dim counts `kernel` elements: none reaches past the padded input
+    (nor, without count_include_pad, into the padding)."""
+    last_start = (out_extent - 1) * stride - pad
+    if count_include_pad:
+        return last_start + kernel <= extent + pad
+    return pad == 0 and last_start + kernel <= extent
 
 
 def _in_range(ops, value: Any, extent: int) -> Any:

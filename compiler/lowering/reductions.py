@@ -14,7 +14,7 @@ import sympy
 from compiler.dependencies import DependencyRecorder, MemoryDep
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
-from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
+from compiler.lowering.values import Lazy, TensorValue, compute_dtype
 from compiler.lowering.views import normalize_dim, reshape
 
 
@@ -66,8 +66,7 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
     count = math.prod(reduction_ranges)
     if UNROLL_SMALL_REDUCTIONS and reduction_type in _UNROLLED_COMBINE and 0 < count <= UNROLLED_REDUCTION \
             and not out_dtypes and _rows_lie_apart(body, ranges, reduction_ranges):
-        outputs = [_unrolled(body, ranges, reduction_ranges, _UNROLLED_COMBINE[reduction_type], accumulate_dtype,
-                             _kept_order(x, kept))]
+        outputs = [_unrolled(body, ranges, reduction_ranges, _UNROLLED_COMBINE[reduction_type], accumulate_dtype)]
     else:
         outputs = ctx.reduce(ranges, reduction_ranges, reduction_type, body, out_dtypes or [accumulate_dtype])
     if keepdim:
@@ -97,19 +96,7 @@ def _rows_lie_apart(body, ranges: Sequence[int], reduction_ranges: Sequence[int]
     return all(step.is_Integer and abs(int(step)) != 1 for step in steps)
 
 
-def _kept_order(x: TensorValue, kept: Sequence[int]) -> tuple[int, ...] | None:
-    """The result's dims (positions in `kept`) outermost first as `x`'s storage lays them, when `x`
-    is stored and that differs from row-major. Realized so, the result reads and writes contiguously
-    beside its input (ResNeSt's radix sum of a channels-last tensor is channels-last itself), and a
-    reduction of it sees the layout it really walks."""
-    if not isinstance(x, StorageView):
-        return None
-    order = tuple(sorted(range(len(kept)), key=lambda d: (-x.layout.stride[kept[d]], d)))
-    return None if order == tuple(range(len(kept))) else order
-
-
-def _unrolled(body, ranges: Sequence[int], reduction_ranges: Sequence[int], combine: str, dtype: str,
-              order: tuple[int, ...] | None = None) -> Lazy:
+def _unrolled(body, ranges: Sequence[int], reduction_ranges: Sequence[int], combine: str, dtype: str) -> Lazy:
     """The reduction as a pointwise value: `combine` folded over every reduced element, in order."""
     def load(ops, index):
         values = (body(ops, index, list(rindex)) for rindex in itertools.product(*map(range, reduction_ranges)))
@@ -117,7 +104,7 @@ def _unrolled(body, ranges: Sequence[int], reduction_ranges: Sequence[int], comb
         for value in values:
             result = getattr(ops, combine)(result, value)
         return result
-    return Lazy(tuple(ranges), dtype, load, order)
+    return Lazy(tuple(ranges), dtype, load)
 
 
 def _scaled(value: TensorValue, scale_fn, dtype: str) -> Lazy:

@@ -61,9 +61,6 @@ class Lazy(TensorValue):
     size: tuple[int, ...]
     dtype: str
     fn: LoadFn
-    # dims from outermost to innermost in which a realized copy should lie, when not eager's (a
-    # graph's output always takes eager's strides): an unrolled reduction's follow its input's
-    order: tuple[int, ...] | None = None
 
     def load(self, ops: Any, index: Sequence[Expr]) -> Any:
         return self.fn(ops, index)

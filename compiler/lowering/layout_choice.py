@@ -1,0 +1,111 @@
+"""Which layout a realized intermediate takes: its loads' order, where eager's differs from it.
+
+Eager lays a result out as its ATen kernel does, and some make a layout nothing around them
+uses: `slice_backward` writes a fresh contiguous (NCHW) tensor even where the gradient it pads
+is channels-last, and every pointwise op after it follows. Realized that way, a kernel whose
+loads all walk channels-last stores across them, and the kernels reading the result read across
+their other inputs. ReXNet's BatchNorm backward over a gradient assembled from channel slices
+ran 0.80x Inductor's speed so (H100, 2026-11-27).
+
+So a node's result that no caller sees (not a graph output, nor viewed by one) and that no view
+reads is laid out in the order its loads agree on: the dims sorted by each load's stride, when
+every load that steps along all of the result's dims sorts them alike, and every other load
+(a broadcast) sorts the dims it steps along in that order too. Inductor does the same for
+a buffer whose layout is still free (`ComputedBuffer.get_fill_order`). Views are left out because
+a view of another layout is no view at all: a reshape would become an index remap, and an ATen
+call reading it a copy.
+
+Only the buffer lies otherwise: every later node still sees eager's strides in its meta tensors
+(`lowering._lower_nodes` keeps them in `LoweringContext.eager_metas`), so graph outputs keep the
+strides the caller traced.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import sympy
+
+from compiler.dependencies import DependencyRecorder, MemoryDep
+from compiler.graph import Graph, MemoryFormatArg, Ref
+from compiler.ir import Layout
+from compiler.lowering.padding import RESHAPES, is_view
+from compiler.lowering.values import Lazy
+
+LAYOUT_FOLLOWS_LOADS = True  # off: every intermediate takes eager's layout (A/B runs, bench/switch_ab.py)
+
+
+def layout_free_nodes(graph: Graph, graph_outputs: set[str]) -> set[str]:
+    """Nodes whose results only non-view ops read (a reshape counts as a view), no caller sees, and
+    whose op asks for no memory format (`x.contiguous()` is a clone asking for row-major strides,
+    and the op after it, GroupNorm's backward, reads it beside row-major tensors)."""
+    read_by_view: set[str] = set()
+    for node in graph.nodes:
+        if is_view(node.target) or node.target.split(".")[1] in RESHAPES:
+            read_by_view.update(_refs(node.args) | _refs(list(node.kwargs.values())))
+    asks_format = {node.name for node in graph.nodes if _asks_memory_format([*node.args, *node.kwargs.values()])}
+    return {node.name for node in graph.nodes} - read_by_view - graph_outputs - asks_format
+
+
+def _asks_memory_format(values: list) -> bool:
+    return any(isinstance(v, MemoryFormatArg) and v.memory_format != "preserve_format" or
+               isinstance(v, list) and _asks_memory_format(v) for v in values)
+
+
+def _refs(value: object) -> set[str]:
+    if isinstance(value, Ref):
+        return {value.ref}
+    if isinstance(value, list):
+        return set().union(*(_refs(v) for v in value)) if value else set()
+    return set()
+
+
+def follows_loads(value: Lazy, eager: Layout) -> Layout | None:
+    """A dense layout in the order `value`'s loads walk, when they agree on one and it is not
+    `eager`'s; else None."""
+    if not LAYOUT_FOLLOWS_LOADS or len(value.size) < 2:
+        return None
+    order = load_order(value)
+    if order is None:
+        return None
+    chosen = Layout.dense(value.size, order, value.dtype)
+    return None if _same_strides(chosen, eager) else chosen
+
+
+def load_order(value: Lazy) -> tuple[int, ...] | None:
+    """The dims of `value` outermost first as every load stepping along all of them lays them out;
+    None when there is no such load, a load's steps are not known numbers (a gather, an index
+    remap), or two loads disagree. A load along some of the dims (a broadcast) must lay those out
+    in the same order: an NCHW tensor broadcast over a channels-last one's groups keeps eager's layout."""
+    moving = [d for d, size in enumerate(value.size) if size > 1]
+    if len(moving) < 2:
+        return None
+    index = [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(len(value.size))]
+    recorder = DependencyRecorder(tuple(value.size))
+    value.load(recorder, index)
+    if not recorder.reads or not all(isinstance(dep, MemoryDep) for dep in recorder.reads):
+        return None
+    orders = []
+    for dep in recorder.reads:
+        steps = {d: sympy.expand(dep.index.subs(index[d], index[d] + 1) - dep.index) for d in moving}
+        if not all(step.is_Integer for step in steps.values()):
+            return None
+        stepped = [d for d in moving if steps[d] != 0]
+        orders.append(tuple(sorted(stepped, key=lambda d: (-abs(int(steps[d])), d))))
+    full = {order for order in orders if len(order) == len(moving)}
+    if len(full) != 1:
+        return None
+    (walked,) = full
+    if not all(order == tuple(d for d in walked if d in order) for order in orders):
+        return None
+    unit = [d for d in range(len(value.size)) if value.size[d] <= 1]
+    return tuple(unit) + walked  # size-1 dims anywhere: their strides never matter
+
+
+def _same_strides(a: Layout, b: Layout) -> bool:
+    return all(size <= 1 or x == y for size, x, y in zip(a.size, a.stride, b.stride))
+
+
+def strides_differ(layout: Layout, stride: Sequence[int]) -> bool:
+    """Whether `layout` lies otherwise than `stride` says, size-1 dims aside."""
+    return any(size > 1 and x != y for size, x, y in zip(layout.size, layout.stride, stride))
