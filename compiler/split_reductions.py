@@ -45,6 +45,12 @@ FULL_LOOPED_PROGRAMS = 528
 # + bias sum 0.088 -> 0.068 ms, ViT's GELU backward + sum 0.076 -> 0.063, plain column sums of
 # 8192 rows -0.4..+4 %.
 FULL_OUTER_PROGRAMS = 1056
+# An outer reduction whose columns alone give FULL_PROGRAMS programs of OUTER_XBLOCK stays whole:
+# autotuning finds it a tile, and a split only adds a pass. H100, 2026-11-27, bench/switch_ab.py
+# (scripts/gpu_switch_ab.sh) with the bound at 132 programs: BERT's and Phi's bias gradients over
+# vocabularies of 30522 and 51200 columns 1.02-1.09x faster whole, ConvMixer's means over 24576
+# columns 1.05x; ReXNet's over 9600 columns (150 programs) 0.92-1.00x, hence the bound at 264.
+WHOLE_OUTER_WHEN_BUSY = True  # off: the cost model below decides for every outer reduction (A/B runs)
 ELEMENTS_PER_US = 1_500_000  # bf16 elements streamed per microsecond at ~3 TB/s
 LAUNCH_US = 3.0  # what the second kernel of a split costs beyond its bytes (launch, tail, partials)
 MAX_FACTOR = 1024
@@ -79,6 +85,8 @@ def split_factor(numel: int, rnumel: int, outer: bool = False, digits: frozenset
     if numel == 0 or rnumel == 0:
         return 1  # nothing to reduce, or no outputs: no second kernel
     programs = -(-numel // OUTER_XBLOCK) if outer else numel
+    if outer and WHOLE_OUTER_WHEN_BUSY and programs >= FULL_PROGRAMS:
+        return 1
     min_chunk = MIN_OUTER_CHUNK if outer else MIN_CHUNK
     factors = [1 << k for k in range(1, MAX_FACTOR.bit_length()) if rnumel >> k >= min_chunk]
 

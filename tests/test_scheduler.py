@@ -241,6 +241,9 @@ def test_wide_rows_use_an_online_softmax(fn, loops):
     (4096, 32000, False, False),   # cross-entropy rows: plenty of programs
     (1, 1 << 20, False, True),     # a whole tensor to one value
     (1, 4096, False, False),       # too short to be worth a second kernel
+    (30522, 4096, True, False),    # BERT's vocabulary bias gradient: 477 programs of columns already
+    (24576, 1024, True, False),    # ConvMixer's channels-last means: 384 programs of columns
+    (9600, 784, True, True),       # ReXNet's: 150 programs, split
 ])
 def test_split_factor_weighs_unused_bandwidth_against_a_second_kernel(numel, rnumel, outer, split):
     factor = split_reductions.split_factor(numel, rnumel, outer)
@@ -251,6 +254,12 @@ def test_split_factor_weighs_unused_bandwidth_against_a_second_kernel(numel, rnu
         programs = -(-numel // (split_reductions.OUTER_XBLOCK if outer else 1)) * factor
         full = split_reductions.FULL_OUTER_PROGRAMS if outer else split_reductions.FULL_PROGRAMS
         assert programs >= full or rnumel // (2 * factor) < chunk  # enough programs, or chunks as short as allowed
+
+
+def test_an_outer_reduction_with_programs_enough_stays_whole_only_under_its_switch(monkeypatch):
+    assert split_reductions.split_factor(30522, 4096, True) == 1
+    monkeypatch.setattr(split_reductions, "WHOLE_OUTER_WHEN_BUSY", False)
+    assert split_reductions.split_factor(30522, 4096, True) > 1  # the cost model alone splits it
 
 
 def test_a_split_row_gets_chunks_short_enough_for_registers_or_programs_enough_for_loops():
