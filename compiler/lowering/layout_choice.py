@@ -7,8 +7,8 @@ loads all walk channels-last stores across them, and the kernels reading the res
 their other inputs. ReXNet's BatchNorm backward over a gradient assembled from channel slices
 ran 0.80x Inductor's speed so (H100, 2026-11-27).
 
-So a node's result that no caller sees (not a graph output, nor viewed by one) and that no view
-reads is laid out in the order its loads agree on: the dims sorted by each load's stride, when
+So a node's result that no caller sees (not a graph output, nor viewed by one), that no view
+reads, and whose op asks for no memory format is laid out in the order its loads agree on: the dims sorted by each load's stride, when
 every load that steps along all of the result's dims sorts them alike, and every other load
 (a broadcast) sorts the dims it steps along in that order too. Inductor does the same for
 a buffer whose layout is still free (`ComputedBuffer.get_fill_order`). Views are left out because
@@ -69,7 +69,7 @@ def follows_loads(value: Lazy, eager: Layout) -> Layout | None:
     if order is None:
         return None
     chosen = Layout.dense(value.size, order, value.dtype)
-    return None if _same_strides(chosen, eager) else chosen
+    return chosen if strides_differ(chosen, eager.stride) else None
 
 
 def load_order(value: Lazy) -> tuple[int, ...] | None:
@@ -100,10 +100,6 @@ def load_order(value: Lazy) -> tuple[int, ...] | None:
         return None
     unit = [d for d in range(len(value.size)) if value.size[d] <= 1]
     return tuple(unit) + walked  # size-1 dims anywhere: their strides never matter
-
-
-def _same_strides(a: Layout, b: Layout) -> bool:
-    return all(size <= 1 or x == y for size, x, y in zip(a.size, a.stride, b.stride))
 
 
 def strides_differ(layout: Layout, stride: Sequence[int]) -> bool:
