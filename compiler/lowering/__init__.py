@@ -31,7 +31,7 @@ from compiler.lowering import convolution_bias, registry
 from compiler.lowering.composite import outer_product
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
 from compiler.lowering.extern_layouts import device_layouts
-from compiler.lowering.layout_choice import follows_loads, layout_free_nodes, strides_differ
+from compiler.lowering.layout_choice import follows_loads, layout_free_nodes, may_walk_otherwise, strides_differ
 from compiler.lowering.memo import signature
 from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, padded_layout, viewed_by_outputs
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
@@ -117,7 +117,7 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
             raise
         except Exception as exc:  # a lowering bug must name the node, not crash anonymously
             raise LoweringError(f"node '{ctx.origin}' ({node.target}): {type(exc).__name__}: {exc}") from exc
-        choose_layout = depth == 0 and node.name in ctx.layout_free
+        choose_layout = depth == 0 and node.name in ctx.layout_free and may_walk_otherwise([*args, *kwargs.values()])
         env[node.name] = _finish(ctx, result, realize_all=depth == 0 or users.get(node.name, 0) > 1,
                                  pad=(padded or {}).get(node.name), choose_layout=choose_layout)
         if eager_args is not None or choose_layout:
