@@ -11,8 +11,9 @@ Each wire node is lowered by the first of these that applies:
 In-place ops (`add_`, `copy_`, ...) lower their functional twin and store the result
 into the mutated tensor. A graph constant is a read-only buffer the artifact carries; a
 0-d constant is folded into the kernels that read it. Every top-level node's output is
-realized into a buffer (the scheduler fuses them later); values inside a decomposition
-stay lazy when used once.
+realized into a buffer (the scheduler fuses them later), in eager's layout or, where nobody
+outside sees it, in the order its loads walk (lowering/layout_choice.py); values inside a
+decomposition stay lazy when used once.
 """
 
 from __future__ import annotations
