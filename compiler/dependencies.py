@@ -10,7 +10,7 @@ mutations after earlier reads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import sympy
 
@@ -115,6 +115,16 @@ def buffers_read_and_written(node_names: list[str], read_writes: dict[str, ReadW
     reads = set().union(*(read_writes[n].read_buffers() for n in node_names))
     writes = set().union(*(read_writes[n].write_buffers() for n in node_names))
     return reads, writes
+
+
+def traced_loads(trace: Callable[["DependencyRecorder"], Any], ranges: tuple[int, ...]) -> list[MemoryDep] | None:
+    """The loads `trace` makes through a recorder, or None when it makes none or one is a gather (its
+    index is not known): lowering's look at a value's access pattern before the value is a node."""
+    recorder = DependencyRecorder(ranges)
+    trace(recorder)
+    if not recorder.reads or not all(isinstance(dep, MemoryDep) for dep in recorder.reads):
+        return None
+    return list(recorder.reads)
 
 
 def extract_read_writes(node: Node) -> ReadWrites:

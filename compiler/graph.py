@@ -17,7 +17,7 @@ import hashlib
 import json
 import math
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union
 
 from typing_extensions import TypeAliasType
 
@@ -509,6 +509,15 @@ def parse_options(options: CompileOptions | dict | None) -> CompileOptions:
         loc = ".".join(str(item) for item in ("options", *error["loc"]))
         problem = "unknown option" if error["type"] == "extra_forbidden" else error["msg"]
         raise GraphValidationError(loc, problem) from None
+
+
+def refs_in(value: Any) -> Iterator[str]:
+    """The names a node argument refers to, through nested lists, once per reference."""
+    if isinstance(value, Ref):
+        yield value.ref
+    elif isinstance(value, list):
+        for item in value:
+            yield from refs_in(item)
 
 
 # ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import torch
 from compiler.bounds import LimitExceeded, WorkLimits, check_tensor
 from compiler.fx_import import ConversionError, constant_tensor, from_arg, from_fx, resolve_op
 from compiler.gc_pause import paused_gc
-from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref
+from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref, refs_in
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import convolution_bias, registry
 from compiler.lowering.composite import outer_product
@@ -138,18 +138,12 @@ def _count_users(graph: Graph) -> dict[str, int]:
 
 
 def _count_refs(value: Any, counts: dict[str, int]) -> None:
-    if isinstance(value, Ref):
-        counts[value.ref] = counts.get(value.ref, 0) + 1
-    elif isinstance(value, list):
-        for item in value:
-            _count_refs(item, counts)
+    for name in refs_in(value):
+        counts[name] = counts.get(name, 0) + 1
 
 
 def _reads_any(node: Any, names: dict[str, Any]) -> bool:
-    found: dict[str, int] = {}
-    _count_refs(node.args, found)
-    _count_refs(list(node.kwargs.values()), found)
-    return not found.keys().isdisjoint(names)
+    return any(name in names for name in refs_in([*node.args, *node.kwargs.values()]))
 
 
 def _eager_arg(ctx: LoweringContext, value: Any, env: dict[str, Any]) -> Any:

@@ -8,9 +8,9 @@ their other inputs. ReXNet's BatchNorm backward over a gradient assembled from c
 ran 0.80x Inductor's speed so (H100, 2026-11-27).
 
 So a node's result that no caller sees (not a graph output, nor viewed by one), that no view
-reads, and whose op asks for no memory format is laid out in the order its loads agree on: the dims sorted by each load's stride, when
-every load that steps along all of the result's dims sorts them alike, and every other load
-(a broadcast) sorts the dims it steps along in that order too. Inductor does the same for
+reads, and whose op asks for no memory format is laid out in the order its loads agree on: the
+dims sorted by each load's stride, when every load that steps along all of the result's dims sorts
+them alike, and every other load (a broadcast) sorts the dims it steps along in that order too. Inductor does the same for
 a buffer whose layout is still free (`ComputedBuffer.get_fill_order`). Views are left out because
 a view of another layout is no view at all: a reshape would become an index remap, and an ATen
 call reading it a copy.
@@ -24,11 +24,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import sympy
-
-from compiler.dependencies import DependencyRecorder, MemoryDep
-from compiler.graph import Graph, MemoryFormatArg, Ref
-from compiler.indexing import affine_coefficients
+from compiler.dependencies import traced_loads
+from compiler.graph import Graph, MemoryFormatArg, refs_in
+from compiler.indexing import affine_coefficients, index_symbol
 from compiler.ir import Layout
 from compiler.lowering.padding import RESHAPES, is_view
 from compiler.lowering.values import Lazy, StorageView
@@ -43,7 +41,7 @@ def layout_free_nodes(graph: Graph, graph_outputs: set[str]) -> set[str]:
     read_by_view: set[str] = set()
     for node in graph.nodes:
         if is_view(node.target) or node.target.split(".")[1] in RESHAPES:
-            read_by_view.update(_refs(node.args) | _refs(list(node.kwargs.values())))
+            read_by_view.update(refs_in([*node.args, *node.kwargs.values()]))
     asks_format = {node.name for node in graph.nodes if _asks_memory_format([*node.args, *node.kwargs.values()])}
     return {node.name for node in graph.nodes} - read_by_view - graph_outputs - asks_format
 
@@ -51,14 +49,6 @@ def layout_free_nodes(graph: Graph, graph_outputs: set[str]) -> set[str]:
 def _asks_memory_format(values: list) -> bool:
     return any(isinstance(v, MemoryFormatArg) and v.memory_format != "preserve_format" or
                isinstance(v, list) and _asks_memory_format(v) for v in values)
-
-
-def _refs(value: object) -> set[str]:
-    if isinstance(value, Ref):
-        return {value.ref}
-    if isinstance(value, list):
-        return set().union(*(_refs(v) for v in value)) if value else set()
-    return set()
 
 
 def may_walk_otherwise(arguments: list) -> bool:
@@ -99,13 +89,12 @@ def load_order(value: Lazy) -> tuple[int, ...] | None:
     moving = [d for d, size in enumerate(value.size) if size > 1]
     if len(moving) < 2:
         return None
-    index = [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(len(value.size))]
-    recorder = DependencyRecorder(tuple(value.size))
-    value.load(recorder, index)
-    if not recorder.reads or not all(isinstance(dep, MemoryDep) for dep in recorder.reads):
+    index = [index_symbol("i", d) for d in range(len(value.size))]
+    loads = traced_loads(lambda recorder: value.load(recorder, index), tuple(value.size))
+    if loads is None:
         return None
     orders = []
-    for dep in recorder.reads:
+    for dep in loads:
         affine = affine_coefficients(dep.index, index)
         if affine is None:
             return None

@@ -11,7 +11,8 @@ from typing import Any, Sequence
 
 import sympy
 
-from compiler.dependencies import DependencyRecorder, MemoryDep
+from compiler.dependencies import traced_loads
+from compiler.indexing import index_symbol
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
@@ -84,12 +85,10 @@ def _rows_lie_apart(body, ranges: Sequence[int], reduction_ranges: Sequence[int]
     reduced = next((d for d in reversed(range(len(reduction_ranges))) if reduction_ranges[d] > 1), None)
     if inner is None or reduced is None:
         return False
-    index = [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(len(ranges))]
-    rindex = [sympy.Symbol(f"r{d}", integer=True, nonnegative=True) for d in range(len(reduction_ranges))]
-    recorder = DependencyRecorder(tuple(ranges))
-    body(recorder, index, rindex)
-    loads = [dep for dep in recorder.reads if isinstance(dep, MemoryDep)]
-    if not loads or len(loads) < len(recorder.reads):  # a gather's step is not known
+    index = [index_symbol("i", d) for d in range(len(ranges))]
+    rindex = [index_symbol("r", d) for d in range(len(reduction_ranges))]
+    loads = traced_loads(lambda recorder: body(recorder, index, rindex), tuple(ranges))
+    if loads is None:  # no loads, or a gather, whose step is not known
         return False
     steps = [sympy.simplify(dep.index.subs(symbol, symbol + 1) - dep.index)
              for dep in loads for symbol in (index[inner], rindex[reduced])]
