@@ -25,7 +25,9 @@ contiguous tensor of its own costs a kernel per piece and, in LLaMA's MLP, held 
 both copies at once (the forward's planned peak 140 -> 228 MiB). A piece is made contiguous only where
 the graph could tell the difference: it is a graph output, a reader depends on strides (`as_strided`,
 ...), or a `view` of it, or of a view of it (a transpose, an unsqueeze, a slice...), is impossible
-with the piece's strides.
+with the piece's strides. A piece that the graph writes in place (OLMo clamps its q, k and v with
+`clamp_`), directly or through a view, is cloned: autograd refuses in-place writes to a view made by
+`split`.
 
 The concatenated weights are recomputed in the backward (`recompute_weight_concats`, run on the
 joint graph before the min-cut partition) instead of saved: a copy of the weights costs a few
@@ -50,6 +52,9 @@ VIEWS = {"view", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", 
 # readers whose result depends on their argument's strides, not only its values
 STRIDE_SENSITIVE = {"as_strided", "as_strided_", "set_", "resize_", "resize_as_", "data_ptr", "stride",
                     "storage_offset", "untyped_storage", "is_contiguous"}
+# writers into their first argument that a trailing underscore does not name (operator's and Python's)
+IN_PLACE = {"setitem", "__setitem__", "iadd", "isub", "imul", "itruediv", "ifloordiv", "ipow", "iand", "ior",
+            "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__ipow__", "__iand__", "__ior__"}
 
 
 @dataclass
@@ -137,7 +142,9 @@ def _rewrite(graph: Graph, group: list[_Linear]) -> None:
         pieces = graph.call_function(torch.split, (result, widths, -1))
         for i, linear in enumerate(group):
             piece = graph.call_function(operator.getitem, (pieces, i))
-            if not _strides_unobserved(linear.node, layouts[i]):
+            if _written_in_place(linear.node):
+                piece = graph.call_method("clone", (piece,), {"memory_format": torch.contiguous_format})
+            elif not _strides_unobserved(linear.node, layouts[i]):
                 piece = graph.call_method("contiguous", (piece,))
             linear.node.replace_all_uses_with(piece)
     for linear in group:
@@ -158,6 +165,22 @@ def _strides_unobserved(node: Node, layout: torch.Tensor) -> bool:
             if viewed is None or not _strides_unobserved(user, viewed):
                 return False
     return True
+
+
+def _written_in_place(node: Node) -> bool:
+    """Whether some call writes into `node`'s result, or into a view of it (VIEWS, followed through
+    views of views): an in-place method or function on it (a name ending in one underscore, IN_PLACE)
+    or an `out=` argument."""
+    for user in node.users:
+        name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
+        first = bool(user.args) and user.args[0] is node
+        if user.kwargs.get("out") is node:
+            return True
+        if first and (name in IN_PLACE or (name.endswith("_") and not name.endswith("__"))):
+            return True
+        if first and name in VIEWS and _written_in_place(user):
+            return True
+    return False
 
 
 def _view_of(user: Node, layout: torch.Tensor) -> torch.Tensor | None:

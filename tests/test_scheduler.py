@@ -375,6 +375,30 @@ def test_a_column_reduction_split_into_a_non_power_of_two_number_of_chunks_match
         assert_within_eager_error(g, e, r, reduce, floor=1e-5)
 
 
+def test_welford_column_chunks_divide_the_row_by_its_largest_divisor_not_only_by_powers_of_two(monkeypatch):
+    """Inception-v3's BatchNorm over 32 x 147 x 147 rows (2^5 x 21609): halving the cost model's 1024
+    chunks until they divide left 32 (one image each); its largest divisor up to 1024 is 1008."""
+    assert split_reductions.welford_factor(32 * 147 * 147, 1024, outer=True) == 1008
+    assert split_reductions.welford_factor(32 * 147 * 147, 1024, outer=False) == 32  # row reductions: halved
+    assert split_reductions.welford_factor(131, 8, outer=True) == 1  # a prime row: no equal chunks
+    monkeypatch.setattr(split_reductions, "WELFORD_DIVISOR_CHUNKS", False)
+    assert split_reductions.welford_factor(32 * 147 * 147, 1024, outer=True) == 32
+
+
+def test_a_welford_column_reduction_split_by_an_odd_divisor_matches_float64():
+    """var_mean over 1764 rows (2^2 x 3^2 x 7^2) of 64 columns: 7 chunks of 252 rows, not 4 of 441;
+    the chunk statistics combine within eager's error, on data whose mean is far from zero."""
+    def fn(x):
+        return torch.var_mean(x, dim=0, correction=0)
+
+    x = torch.randn(1764, 64) * 2 + 30
+    artifact = compiler.compile(from_fx(make_fx(fn)(x), [x]), "cpu")
+    shapes = [(k["numel"], k["rnumel"]) for k in artifact.manifest["kernels"]]
+    assert (7 * 64, 252) in shapes and (64, 7) in shapes, shapes
+    for g, e, r in zip(load(artifact)(x), fn(x), fn(x.double())):
+        assert_within_eager_error(g, e, r, "var_mean", floor=1e-5)
+
+
 def test_looped_welford_with_a_partial_last_step_matches_float64():
     """Looped welford (rows longer than a block, the last step masked): one reciprocal of the step
     number per step replaces a division per element; mean far from zero. CPU eager accumulates

@@ -165,6 +165,27 @@ def test_pieces_read_in_place_when_nothing_observes_their_strides():
     assert not [n for n in graphs[0].graph.nodes if n.op == "call_method" and n.target == "contiguous"]
 
 
+class WrittenInPlace(nn.Module):
+    """q, k, v of one input, q clamped in place as OLMo clamps (`clamp_`), k written through a view."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        query, key, value = self.q(x), self.k(x), self.v(x)
+        query.clamp_(min=-0.5, max=0.5)
+        key.view(TOKENS, 4, WIDTH // 4)[:, 0] += 1.0
+        return query * key + value
+
+
+def test_pieces_written_in_place_are_cloned_and_train_as_eager_does():
+    """Autograd refuses an in-place write to a piece of a split: such a piece is cloned first."""
+    model, seen = WrittenInPlace(), {}
+    run_both(model, torch.randn(TOKENS, WIDTH), compile_grouped(model, seen))
+    assert seen["removed"] == 2
+
+
 def test_linears_on_either_side_of_no_grad_stay_apart():
     p, q = nn.Linear(WIDTH, 8), nn.Linear(WIDTH, 8)
 

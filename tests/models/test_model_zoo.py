@@ -32,7 +32,8 @@ MODELS = list(ZOO)
 # and a second group added later (zoo.HELD_OUT_2): Gemma, Phi, MobileNetV3, DenseNet, Qwen2, GPT-J,
 # Falcon, DeBERTa-v2, LeViT, ConvMixer, PoolFormer, MLP-Mixer, RegNetY, Mamba, BART, MPT, GPT-BigCode,
 # BEiT, CaiT, XCiT, Swin-v2, ConvNeXt-V2, MobileViT; and a third (zoo.HELD_OUT_3): NF-ResNet, HRNet,
-# ReXNet, EdgeNeXt, PVT-v2, ResNeSt
+# ReXNet, EdgeNeXt, PVT-v2, ResNeSt; and a fourth (zoo.HELD_OUT_4): Gemma-2, Nemotron, OLMo, VOLO, GhostNet,
+# TResNet, MaxViT, Inception-v3, CoaT
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight

@@ -385,6 +385,53 @@ def _nf_resnet(size: str) -> nn.Module:
     return NormFreeNet(tiny, num_classes=CLASSES[size])
 
 
+def _gemma2(size: str) -> nn.Module:
+    """Gemma-2: attention logits and final logits soft-capped by tanh, RMSNorm before and after each
+    block, sliding-window attention in every other layer (eager attention: the capping needs it)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=4096, num_attention_heads=8)
+    dims["head_dim"] = 8 if size == "tiny" else 128
+    return Gemma2ForCausalLM(Gemma2Config(vocab_size=HELD_OUT_4["gemma2"].vocab[size], num_hidden_layers=2,
+                                          num_key_value_heads=2, sliding_window=4 if size == "tiny" else 512,
+                                          attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                                          attn_implementation="eager", bos_token_id=0, eos_token_id=0,
+                                          pad_token_id=0, **dims))
+
+
+def _nemotron(size: str) -> nn.Module:
+    """Nemotron: squared-ReLU MLP without a gate, LayerNorm scaled by 1 + weight, rotary on half of
+    each head."""
+    from transformers import NemotronConfig, NemotronForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=4096, num_attention_heads=16)
+    return NemotronForCausalLM(NemotronConfig(vocab_size=HELD_OUT_4["nemotron"].vocab[size], num_hidden_layers=2,
+                                              num_key_value_heads=dims["num_attention_heads"] // 2,
+                                              partial_rotary_factor=0.5, bos_token_id=0, eos_token_id=0,
+                                              pad_token_id=0, **dims))
+
+
+def _olmo(size: str) -> nn.Module:
+    """OLMo: LayerNorm without weight or bias, q/k/v clipped to +-8, SiLU-gated MLP."""
+    from transformers import OlmoConfig, OlmoForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=2816, num_attention_heads=16)
+    return OlmoForCausalLM(OlmoConfig(vocab_size=HELD_OUT_4["olmo"].vocab[size], num_hidden_layers=2, clip_qkv=8.0,
+                                      bos_token_id=0, eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _volo(size: str) -> nn.Module:
+    """VOLO-D1: outlook attention (unfold, a softmax over each 3 x 3 window, fold), then class
+    attention; its tiny size one block per stage, narrower."""
+    import timm
+    from timm.models.volo import VOLO
+
+    if size == "bench":
+        return timm.create_model("volo_d1_224", num_classes=CLASSES[size])
+    return VOLO(layers=(1, 1, 1, 1), img_size=64, embed_dims=(64, 128, 128, 128), num_heads=(2, 4, 4, 4),
+                num_classes=CLASSES[size])
+
+
 def _timm_model(variant: str, tiny: dict[str, Any]) -> Callable[[str], nn.Module]:
     """A builder of timm's `variant`, its tiny size changed by the keyword arguments `tiny`."""
     def build(size: str) -> nn.Module:
@@ -470,6 +517,28 @@ HELD_OUT_3: dict[str, Spec] = {
     "resnest": Spec(_timm_model("resnest14d", {}), "image", IMAGE_64, CLASSES),
 }
 HELD_OUT.update(HELD_OUT_3)
+
+# A fourth group (2026-11-28), added before any of its kernels were timed: soft-capped attention
+# logits and sliding windows (Gemma-2), squared ReLU and 1 + weight LayerNorms (Nemotron), LayerNorm
+# without parameters and clipped q/k/v (OLMo), outlook attention through unfold and fold (VOLO),
+# ghost modules that concatenate and slice channels (GhostNet), space-to-depth stems and leaky ReLU
+# (TResNet), block and grid attention over window partitions (MaxViT), many-branch concatenations
+# (Inception-v3), convolutional relative position encodings (CoaT).
+HELD_OUT_4: dict[str, Spec] = {
+    "gemma2": Spec(_gemma2, "causal_lm", {"tiny": (2, 8), "bench": (2, 1024)}, {"tiny": 64, "bench": 256000}),
+    "nemotron": Spec(_nemotron, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 32000}),
+    "olmo": Spec(_olmo, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 50304}),
+    "volo": Spec(_volo, "image", IMAGE_64, CLASSES),
+    "ghostnet": Spec(_timm_model("ghostnet_100", {}), "image", IMAGE_64, CLASSES),
+    "tresnet": Spec(_timm_model("tresnet_m", {}), "image", IMAGE_64, CLASSES),
+    "maxvit": Spec(_timm_model("maxvit_nano_rw_256", dict(img_size=64, depths=(1, 1, 1, 1))), "image",
+                   {"tiny": (2, 3, 64, 64), "bench": (32, 3, 256, 256)}, CLASSES),
+    "inception": Spec(_timm_model("inception_v3", {}), "image", {"tiny": (2, 3, 80, 80), "bench": (32, 3, 299, 299)},
+                      CLASSES),
+    "coat": Spec(_timm_model("coat_lite_tiny", dict(img_size=64, serial_depths=(1, 1, 1, 1))), "image", IMAGE_64,
+                 CLASSES),
+}
+HELD_OUT.update(HELD_OUT_4)
 
 
 def spec(name: str) -> Spec:
