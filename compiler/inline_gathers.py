@@ -300,6 +300,12 @@ class _InliningOps:
     def __init__(self, inner: Any, buffer: str, layout: Layout, producer: ComputeNode) -> None:
         self._inner, self._buffer, self._layout, self._producer = inner, buffer, layout, producer
 
+    def rewrapped(self, wrap: Callable[[Any], Any]) -> "_InliningOps":
+        """This handler over `wrap` of the handler it forwards to (through any inliners below it):
+        masked_pieces puts its index placement under every inlined producer's loads this way."""
+        inner = self._inner.rewrapped(wrap) if hasattr(type(self._inner), "rewrapped") else wrap(self._inner)
+        return _InliningOps(inner, self._buffer, self._layout, self._producer)
+
     def load(self, name: str, index: Expr) -> Any:
         if name != self._buffer:
             return self._inner.load(name, index)

@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from compiler.lowering import shapes
+import compiler
+from compiler.fx_import import from_fx
+from compiler.lowering import masked_pieces, shapes
 from tests.lowering_cases import BF16, BOOL, FLOAT32, INT64, check, expanded, rand, strided, transposed
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
@@ -169,8 +172,51 @@ def test_a_cat_of_flattened_stacks_reads_its_producers_without_extra_divisions(m
     pieces = [rand((2, 3, 5, 16), seed=i) for i in range(4)]
     wrapped = check(interleaved_position_embedding, *pieces).kernel_sources
     monkeypatch.setattr(shapes, "WRAPPED_PIECE_INDEX", False)
+    bounded = check(interleaved_position_embedding, *pieces).kernel_sources  # masked_pieces joins them too
+    monkeypatch.setattr(masked_pieces, "BOUNDED_PIECE_INDEX", False)
     plain = check(interleaved_position_embedding, *pieces).kernel_sources
-    assert index_divisions(wrapped) < index_divisions(plain)
+    assert index_divisions(wrapped) < index_divisions(plain) and index_divisions(bounded) < index_divisions(plain)
+
+
+def class_token_backward(grad, conv_grad):
+    """CoaT's: the gradient of [class token; patch tokens] split again, the patch tokens' part
+    reshaped to an image, added to a channels-last convolution's gradient, and padded back."""
+    batch, tokens, channels = grad.shape
+    side = conv_grad.shape[-1]
+    image = grad[:, 1:].permute(0, 2, 1).reshape(batch, channels, side, side) + conv_grad
+    back = image.reshape(batch, channels, side * side).permute(0, 2, 1)
+    padded = torch.zeros_like(grad).slice_scatter(back, 1, 1)
+    return padded + F.pad(grad[:, :1], (0, 0, 0, tokens - 1))
+
+
+def class_token_forward(class_token, conv_out):
+    """CoaT's and ViT's: a channels-last image's pixels as tokens after a class token."""
+    batch, channels, side, _ = conv_out.shape
+    tokens = conv_out.reshape(batch, channels, side * side).permute(0, 2, 1) * 2
+    return torch.cat([class_token.expand(batch, -1, -1), tokens], 1)
+
+
+def test_masked_pieces_read_through_views_without_the_divisions_of_their_offset(monkeypatch):
+    """A piece loaded at `x - 1` (slice_scatter, pad, cat) of a reshaped channels-last tensor: with the
+    piece's index known to lie in it (lowering/masked_pieces.py), the reshapes' divisions join and
+    the channels-last tensor is read at a plain offset (sm_90 kernels, where the reshaped sum is
+    inlined into the pad); the values are eager's either way."""
+    grad, conv_grad = rand((2, 26, 8)), rand((2, 8, 5, 5), seed=1).to(memory_format=torch.channels_last)
+    class_token = rand((1, 1, 8), seed=2)
+    check(class_token_backward, grad, conv_grad)
+    check(class_token_forward, class_token, conv_grad)
+    bounded = gpu_kernel_sources(class_token_backward, grad, conv_grad)
+    monkeypatch.setattr(masked_pieces, "BOUNDED_PIECE_INDEX", False)
+    check(class_token_backward, grad, conv_grad)
+    check(class_token_forward, class_token, conv_grad)
+    assert index_divisions(bounded) < index_divisions(gpu_kernel_sources(class_token_backward, grad, conv_grad))
+
+
+def gpu_kernel_sources(fn, *inputs: torch.Tensor) -> str:
+    """The kernels' Triton sources for an H100 (nothing run), heuristic configs."""
+    artifact = compiler.compile(from_fx(make_fx(fn)(*inputs), list(inputs)), "cuda:sm_90",
+                                {"autotune": False, "benchmark_fusion": False})
+    return "\n".join(artifact.kernel_source(k) for k in artifact.manifest["kernels"])
 
 
 def test_a_piece_whose_length_does_not_divide_the_cat_keeps_a_plain_offset(monkeypatch):
@@ -327,6 +373,23 @@ def test_copy_whole_input():
 def test_slice_scatter_and_select_scatter():
     check(lambda x, y, z: (torch.slice_scatter(x, y, 0, 1, 3), torch.select_scatter(x, z, 1, 2)),
           rand((5, 4)), rand((2, 4), seed=1), rand((5,), seed=2))
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_pieces_of_pieces_and_strided_scatters_of_reshaped_sources(bounded, monkeypatch):
+    """Masked pieces inside masked pieces (a cat of a cat of a reshape, a pad of it) and a
+    slice_scatter with a step, its source reshaped: each level's index placed in its own bounds
+    (lowering/masked_pieces.py) or left as written, the values are eager's."""
+    monkeypatch.setattr(masked_pieces, "BOUNDED_PIECE_INDEX", bounded)
+
+    def fn(x, y, z, w):
+        inner = torch.cat([x.reshape(2, 15), y], 1)
+        outer = torch.cat([z, inner * 2], 1)
+        padded = F.pad(outer.reshape(2, 2, 13), (3, 1, 1, 0))
+        scattered = torch.zeros(6, 10).slice_scatter(w.reshape(6, 3), 1, 1, 10, 3)
+        return outer, padded, scattered
+
+    check(fn, rand((2, 3, 5)), rand((2, 4), seed=1), rand((2, 7), seed=2), transposed((3, 6), seed=3))
 
 
 @pytest.mark.parametrize("fusion", [True, False])

@@ -13,7 +13,8 @@ into the mutated tensor. A graph constant is a read-only buffer the artifact car
 0-d constant is folded into the kernels that read it. Every top-level node's output is
 realized into a buffer (the scheduler fuses them later), in eager's layout or, where nobody
 outside sees it, in the order its loads walk (lowering/layout_choice.py); values inside a
-decomposition stay lazy when used once.
+decomposition stay lazy when used once. A masked piece (a cat's input, a pad's inside) is read
+with its index known to lie in the piece (lowering/masked_pieces.py).
 """
 
 from __future__ import annotations

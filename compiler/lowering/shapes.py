@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from compiler.indexing import FloorDiv, ModularIndexing
 from compiler.lowering.context import LoweringContext
+from compiler.lowering.masked_pieces import load_piece, load_pieces
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
 from compiler.lowering import views
@@ -121,10 +122,9 @@ def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> L
     def load(ops, index):
         result = None
         for t, offset in zip(pieces, offsets):
-            shifted = list(index)
-            shifted[dim] = _piece_index(index[dim], offset, t.size[dim], running)
             inside = _within(ops, index[dim], offset, offset + t.size[dim], running)
-            piece = ops.masked(inside, lambda t=t, shifted=shifted: ops.to_dtype(t.load(ops, shifted), compute_dtype(dtype)), 0)
+            piece = ops.masked(inside, lambda t=t, offset=offset: ops.to_dtype(
+                _load_cat_piece(ops, t, index, dim, offset, running), compute_dtype(dtype)), 0)
             result = piece if result is None else ops.where(inside, piece, result)
         return result
 
@@ -142,10 +142,24 @@ def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> L
 WRAPPED_PIECE_INDEX = True  # off: x - offset everywhere (A/B runs, bench/switch_ab.py)
 
 
-def _piece_index(index: Any, offset: int, size: int, whole: int) -> Any:
-    if not WRAPPED_PIECE_INDEX or whole % size:
-        return index - offset
-    return ModularIndexing(index + (-offset) % size, 1, size)
+def _load_cat_piece(ops: Any, t: TensorValue, index: Sequence[Any], dim: int, offset: int, whole: int) -> Any:
+    """Piece `t` of a cat at `index` (its mask holding): wrapped where its length divides the whole,
+    else at `index - offset` known to lie in the piece (masked_pieces.load_piece)."""
+    size = t.size[dim]
+    if WRAPPED_PIECE_INDEX and whole % size == 0:
+        shifted = list(index)
+        shifted[dim] = ModularIndexing(index[dim] + (-offset) % size, 1, size)
+        return t.load(ops, shifted)
+    return load_piece(ops, _along(t, index, dim), index[dim] - offset, size)
+
+
+def _along(t: TensorValue, index: Sequence[Any], dim: int):
+    """A loader of `t` at `index` with `dim`'s entry given (load_piece's argument)."""
+    def load(ops, position):
+        shifted = list(index)
+        shifted[dim] = position
+        return t.load(ops, shifted)
+    return load
 
 
 def _within(ops: Any, index: Any, start: int, end: int, size: int) -> Any:
@@ -175,9 +189,12 @@ def constant_pad_nd(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], va
     def load(ops, index):
         shifted = list(index)
         inside = None
+        bounded = []  # dims whose index may be negative outside the mask: placed by load_pieces
         for i, (before, after) in enumerate(pairs):
             d = x.rank - 1 - i
             shifted[d] = index[d] - before
+            if before > 0:
+                bounded.append(d)
             if before <= 0 and after <= 0:
                 continue
             position = ops.index_expr(index[d] - before, "int64")
@@ -187,7 +204,7 @@ def constant_pad_nd(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], va
                 inside = ok if inside is None else ops.logical_and(inside, ok)
         if inside is None:
             return ops.to_dtype(x.load(ops, shifted), dtype)
-        return ops.masked(inside, lambda: ops.to_dtype(x.load(ops, shifted), dtype), value)
+        return ops.masked(inside, lambda: ops.to_dtype(load_pieces(ops, x, shifted, bounded), dtype), value)
 
     return Lazy(ctx.out_size, ctx.out_dtype, load)
 
@@ -272,7 +289,7 @@ def _scatter_where(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: 
         mask = inside(ops, index)
         src_index = list(index)
         src_index[dim] = src_position(index[dim])
-        taken = ops.masked(mask, lambda: ops.to_dtype(src.load(ops, src_index), dtype), 0)
+        taken = ops.masked(mask, lambda: ops.to_dtype(load_pieces(ops, src, src_index, [dim]), dtype), 0)
         return ops.where(mask, taken, ops.to_dtype(x.load(ops, index), dtype))
 
     return Lazy(ctx.out_size, ctx.out_dtype, load)

@@ -518,7 +518,7 @@ HELD_OUT_3: dict[str, Spec] = {
 }
 HELD_OUT.update(HELD_OUT_3)
 
-# A fourth group (2026-11-28), added before any of its kernels were timed: soft-capped attention
+# A fourth group (2026-11-27), added before any of its kernels were timed: soft-capped attention
 # logits and sliding windows (Gemma-2), squared ReLU and 1 + weight LayerNorms (Nemotron), LayerNorm
 # without parameters and clipped q/k/v (OLMo), outlook attention through unfold and fold (VOLO),
 # ghost modules that concatenate and slice channels (GhostNet), space-to-depth stems and leaky ReLU
