@@ -10,7 +10,7 @@
 set -uo pipefail
 source scripts/gpu_env.sh || exit 1
 out="${OUT:-/tmp}"
-sets=${SETS:-"cases held_out channels_last held_out_channels_last held_out_2 held_out_2_channels_last held_out_3 held_out_3_images held_out_4_images"}
+sets=${SETS:-"cases held_out channels_last held_out_channels_last held_out_2 held_out_2_channels_last held_out_3 held_out_3_images held_out_4_images held_out_5 held_out_5_images"}
 nvidia-smi --query-gpu=name --format=csv,noheader || true
 start=$(date +%s)
 for sw in $SWS; do
