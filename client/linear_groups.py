@@ -157,7 +157,7 @@ def _strides_unobserved(node: Node, layout: torch.Tensor) -> bool:
     followed through views of views on the meta layout) is still possible. Else its piece is made
     contiguous."""
     for user in node.users:
-        name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
+        name = _call_name(user)
         if user.op == "output" or name in STRIDE_SENSITIVE:
             return False
         if name in VIEWS and user.args and user.args[0] is node:
@@ -172,7 +172,7 @@ def _written_in_place(node: Node) -> bool:
     views of views): an in-place method or function on it (a name ending in one underscore, IN_PLACE)
     or an `out=` argument."""
     for user in node.users:
-        name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
+        name = _call_name(user)
         first = bool(user.args) and user.args[0] is node
         if user.kwargs.get("out") is node:
             return True
@@ -181,6 +181,11 @@ def _written_in_place(node: Node) -> bool:
         if first and name in VIEWS and _written_in_place(user):
             return True
     return False
+
+
+def _call_name(user: Node) -> str:
+    """The method's or the function's name of a call node ("" for other nodes)."""
+    return user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
 
 
 def _view_of(user: Node, layout: torch.Tensor) -> torch.Tensor | None:

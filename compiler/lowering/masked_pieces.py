@@ -28,7 +28,7 @@ BOUNDED_PIECE_INDEX = True  # off: loads at `x - offset` as written (A/B runs, b
 _depth = threading.local()  # pieces of pieces get symbols of their own
 
 
-def load_piece(ops: Any, load: Callable[[Any, Expr], Any], position: Expr, size: int) -> Any:
+def _load_piece(ops: Any, load: Callable[[Any, Expr], Any], position: Expr, size: int) -> Any:
     """`load(ops, i)` for the piece's index i = `position`, known to lie in [0, size) wherever the
     caller's mask holds."""
     position = sympy.sympify(position)
@@ -50,7 +50,7 @@ def load_piece(ops: Any, load: Callable[[Any, Expr], Any], position: Expr, size:
 
 def load_pieces(ops: Any, x: Any, index: list, dims: list[int]) -> Any:
     """`x.load(ops, index)` with the entries of `dims` known to lie in [0, x.size[d]) wherever the
-    caller's mask holds: load_piece for each, nested."""
+    caller's mask holds: each placed by _load_piece, nested."""
     if not dims:
         return x.load(ops, index)
     d, rest = dims[0], dims[1:]
@@ -60,7 +60,7 @@ def load_pieces(ops: Any, x: Any, index: list, dims: list[int]) -> Any:
         placed[d] = position
         return load_pieces(inner_ops, x, placed, rest)
 
-    return load_piece(ops, load, index[d], x.size[d])
+    return _load_piece(ops, load, index[d], x.size[d])
 
 
 class _BoundedIndexOps:
@@ -83,10 +83,5 @@ class _BoundedIndexOps:
 
     def index_expr(self, expr: Expr, *args: Any, **kwargs: Any) -> Any:
         return self._ops.index_expr(self._placed(expr), *args, **kwargs)
-
-    def load_view(self, name: str, layout: Any, index: tuple) -> Any:
-        """A handler that reads views by coordinates (compiler.ops.load_view) gets them placed one by
-        one; any other reads the view's storage offset through `load`."""
-        if hasattr(type(self._ops), "load_view"):
-            return self._ops.load_view(name, layout, tuple(self._placed(i) for i in index))
-        return self.load(name, layout.index(index))
+    # no load_view: compiler.ops.load_view then reads a view's storage offset through `load`. The one
+    # handler that reads views by coordinates (inline_gathers) sits above this one (`rewrapped`).

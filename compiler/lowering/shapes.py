@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from compiler.indexing import FloorDiv, ModularIndexing
 from compiler.lowering.context import LoweringContext
-from compiler.lowering.masked_pieces import load_piece, load_pieces
+from compiler.lowering.masked_pieces import load_pieces
 from compiler.lowering.registry import register
 from compiler.lowering.values import Lazy, TensorValue, compute_dtype
 from compiler.lowering import views
@@ -144,22 +144,14 @@ WRAPPED_PIECE_INDEX = True  # off: x - offset everywhere (A/B runs, bench/switch
 
 def _load_cat_piece(ops: Any, t: TensorValue, index: Sequence[Any], dim: int, offset: int, whole: int) -> Any:
     """Piece `t` of a cat at `index` (its mask holding): wrapped where its length divides the whole,
-    else at `index - offset` known to lie in the piece (masked_pieces.load_piece)."""
+    else at `index - offset` known to lie in the piece (masked_pieces.load_pieces)."""
     size = t.size[dim]
+    shifted = list(index)
     if WRAPPED_PIECE_INDEX and whole % size == 0:
-        shifted = list(index)
         shifted[dim] = ModularIndexing(index[dim] + (-offset) % size, 1, size)
         return t.load(ops, shifted)
-    return load_piece(ops, _along(t, index, dim), index[dim] - offset, size)
-
-
-def _along(t: TensorValue, index: Sequence[Any], dim: int):
-    """A loader of `t` at `index` with `dim`'s entry given (load_piece's argument)."""
-    def load(ops, position):
-        shifted = list(index)
-        shifted[dim] = position
-        return t.load(ops, shifted)
-    return load
+    shifted[dim] = index[dim] - offset
+    return load_pieces(ops, t, shifted, [dim])
 
 
 def _within(ops: Any, index: Any, start: int, end: int, size: int) -> Any:
