@@ -9,7 +9,11 @@ from __future__ import annotations
 import re
 
 import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 
+import compiler
+from compiler.fx_import import from_fx
 from tests.lowering_cases import kernel_sources
 from tests.test_scheduler import compile_and_check
 
@@ -104,3 +108,41 @@ def test_an_int8_decode_in_int64_converts_its_int8_input_between_layouts(tmp_pat
 
     assert converted_types(narrow=False) == ["i8"]  # the shipped form, 2 % faster on an H100
     assert converted_types(narrow=True) == ["i32"]
+
+
+def _sm90_sources(fn, *inputs) -> str:
+    """The kernels' sources for an H100 (nothing run), heuristic configs."""
+    graph = from_fx(make_fx(fn)(*inputs), list(inputs))
+    return kernel_sources(compiler.compile(graph, "cuda:sm_90", {"autotune": False, "benchmark_fusion": False}))
+
+
+def _reflection_pad(x):
+    return F.pad(x, (2, 1, 1, 3), mode="reflect") * 2
+
+
+WRAP = re.compile(r"tl\.where\((tmp\d+) < 0, \1 \+ \d+, \1\)")
+
+
+def test_reflection_pad_indices_compute_in_int32_without_wrapping(monkeypatch):
+    """PyTorch's decomposition reflects with |x| in int64 and reads through an index that PyTorch
+    would wrap were it negative; its interval shows it never is, so it is used as computed, in int32."""
+    import compiler.codegen.int_narrowing as int_narrowing
+
+    x = torch.randn(2, 3, 9, 7).to(memory_format=torch.channels_last)
+    compile_and_check(_reflection_pad, x)
+    source = _sm90_sources(_reflection_pad, x)
+    assert not WRAP.search(source)
+    widened = set(re.findall(r"(tmp\d+) = .*\.to\(tl\.int64\)$", source, re.M))
+    absolute = re.findall(r"tl\.abs\((tmp\d+)\)", source)
+    assert absolute and not widened & set(absolute)  # |x| of int32 values only
+    monkeypatch.setattr(int_narrowing, "NARROW_ABS", False)
+    assert WRAP.search(_sm90_sources(_reflection_pad, x))
+    compile_and_check(_reflection_pad, x)
+
+
+def test_an_index_that_may_be_negative_still_wraps():
+    """x[arange(7) - 3]: PyTorch counts -3..-1 from the end."""
+    x = torch.randn(11, 5)
+    fn = lambda x: x[torch.arange(7) - 3] + 1  # noqa: E731
+    compile_and_check(fn, x)
+    assert WRAP.search(_sm90_sources(fn, x))

@@ -91,3 +91,32 @@ def test_a_row_block_of_persistent_rows_stays_within_the_block_limit(keys, row_b
     for 64 rows of 4096, which need 512 KiB of shared memory on an H100)."""
     groups, _ = _reduction_groups(attention_with_position_bias, *_inputs(1, 8, 4, keys))
     assert [g.row_block for g in groups] == [row_block]
+
+
+def head_sums(a, b):
+    """CoaT's factorized attention context: (batch, head, token) times (batch, token, head) summed over
+    the tokens. Rows (batch, head) are in order already; b is contiguous across the heads only."""
+    return (a.float() * b.transpose(1, 2).float()).sum(-1)
+
+
+@pytest.mark.parametrize("tokens", [37, 301])
+def test_rows_in_order_whose_access_is_contiguous_across_them_take_a_block(tokens):
+    inputs = torch.randn(3, 8, tokens).to(torch.bfloat16), torch.randn(3, tokens, 8).to(torch.bfloat16)
+    groups, _ = _reduction_groups(head_sums, *inputs)
+    assert [g.row_block for g in groups] == [8]
+    compile_and_check(head_sums, *inputs)
+
+
+def test_a_block_of_long_rows_loops_over_them_in_whole_rows(monkeypatch):
+    """8 rows of 3137 are past the block limit for persistent rows: the block loops, 8 rows a program,
+    and walks no aligned row windows, whose shift per row would break b's contiguity across rows."""
+    import compiler.row_order as row_order
+
+    inputs = torch.randn(2, 8, 3137).to(torch.bfloat16), torch.randn(2, 3137, 8).to(torch.bfloat16)
+    _, planned = _reduction_groups(head_sums, *inputs)
+    [kernel] = [k for k in generate(planned, "cuda:sm_90").kernels if k.rnumel > 1]
+    assert kernel.config["XBLOCK"] == 8 and not kernel.config["persistent"] and "rshift" not in kernel.source
+    monkeypatch.setattr(row_order, "OWN_ORDER_ROW_BLOCK", False)
+    _, planned = _reduction_groups(head_sums, *inputs)
+    [kernel] = [k for k in generate(planned, "cuda:sm_90").kernels if k.rnumel > 1]
+    assert kernel.config["XBLOCK"] == 1

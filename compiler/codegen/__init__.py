@@ -19,6 +19,7 @@ from compiler.graph import ITEMSIZES
 from compiler.gc_pause import paused_gc
 from compiler.indexing import RINDEX
 from compiler.options import CompileOptions
+from compiler import row_order
 from compiler.tiling import unit_steps
 from compiler.scheduler import KernelGroup, Schedule
 
@@ -188,7 +189,7 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
     writes = set().union(*(schedule.read_writes[n].write_buffers() for n in group.node_names))
     writer = KernelWriter(group.name, group.numel, group.rnumel, group.is_reduction, config["persistent"],
                           "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu",
-                          tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=not config.get("outer"),
+                          tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=_row_windows(group, config),
                           mix_rows=group.mix_rows, reverse_programs=group.reverse_programs,
                           reread_later=group.reread_later)
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
@@ -198,3 +199,9 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
         else:
             config = {k: v for k, v in config.items() if k != "loop_stages"}
     return writer, dropped_stores(writer, group), config
+
+
+def _row_windows(group: KernelGroup, config: dict) -> bool:
+    """Whether a looped row may walk aligned windows (kernel.ROW_ALIGN): not across columns, nor in
+    a block of rows whose accesses are contiguous across them, which each row's own shift would break."""
+    return not config.get("outer") and not (row_order.OWN_ORDER_ROW_BLOCK and group.row_block > 1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.mixed_order import MIX_MIN_PROGRAMS
+from compiler.row_order import MAX_BLOCK_ELEMENTS
 
 CPU_PERSISTENT_LIMIT = 1024
 GPU_PERSISTENT_LIMIT = 8192
@@ -103,7 +104,8 @@ def _cpu_config(shape: KernelShape) -> dict:
 def _inner_config(shape: KernelShape) -> dict:
     rows = next_power_of_2(shape.numel)
     row_block = min(rows, next_power_of_2(shape.row_block))
-    if next_power_of_2(shape.rnumel) <= GPU_PERSISTENT_LIMIT:
+    whole_rows = row_block * next_power_of_2(shape.rnumel) <= MAX_BLOCK_ELEMENTS  # else a block of rows loops
+    if next_power_of_2(shape.rnumel) <= GPU_PERSISTENT_LIMIT and whole_rows:
         rblock = next_power_of_2(shape.rnumel)
         if ONE_WARP_ROWS[0] < rblock <= ONE_WARP_ROWS[1] and row_block == 1:
             return _config(1, rblock, 1, True)

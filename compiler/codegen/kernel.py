@@ -106,7 +106,7 @@ class KernelWriter(TritonMathOps):
         self._masks: list[str] = []
         self._counter = 0
         self._index_vars: dict[Expr, str] = {}
-        self._twins: dict[str, tuple[str, int]] = {}  # compiler.codegen.int_narrowing
+        self._twins: dict[str, tuple[str, tuple[int, int]]] = {}  # compiler.codegen.int_narrowing
         self._shared_caches = {"x": {}, "r": {}}
         self.pending_after: list[str] = []  # lines that must follow the loop just written
         self.mix_rows = mix_rows
@@ -352,8 +352,14 @@ class KernelWriter(TritonMathOps):
         return self.emit(f"tl.where({mask}, {value}, {literal(other, value.dtype)})", value.dtype)
 
     def indirect(self, value: Var, size: int) -> sympy.Symbol:
-        wrapped = self.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
-        symbol = sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
+        """An index read from `value`: negative ones count from the end, as in PyTorch, unless the
+        value is known never to be negative (a reflection pad's)."""
+        if self.never_negative(value):  # its int32 twin where the kernel's indices are int32
+            name = self.int32_twin(value) if self.index_dtype == "int32" else None
+            symbol = sympy.Symbol(name or value.name, integer=True, nonnegative=True)
+        else:
+            wrapped = self.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
+            symbol = sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
         self.bounds[symbol] = size  # in range for valid indices, which lets index math simplify
         return symbol
 

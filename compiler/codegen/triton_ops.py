@@ -44,7 +44,7 @@ class TritonMathOps(NarrowIntegers):
     def expm1(self, x): return self._math("expm1", x)
     def sqrt(self, x): return self._unary("tl.sqrt({x})", x)
     def rsqrt(self, x): return self._unary("tl.rsqrt({x})", x)
-    def abs(self, x): return self._unary("tl.abs({x})", x)
+    def abs(self, x): return self.narrow_abs(x) or self._unary("tl.abs({x})", x)
     def neg(self, x):  # Triton's -x is 0 - x: +0.0 for 0.0
         return self.narrow_neg(x) or self._unary("{x} * -1.0" if is_float(x.dtype) else "-{x}", x)
     def sin(self, x): return self._unary("tl.sin({x})", x)

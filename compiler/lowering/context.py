@@ -12,7 +12,8 @@ import torch
 
 from compiler.bounds import WorkLimits
 from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store, TensorArg
-from compiler.lowering.values import StorageView, TensorValue, Uninitialized, compute_dtype
+from compiler.lowering.concatenation import Concatenation, narrowed
+from compiler.lowering.values import Lazy, StorageView, TensorValue, Uninitialized, compute_dtype
 
 
 SEED_BOUND = 2**62  # seeds are drawn from [0, SEED_BOUND): Philox keys of 64 bits, never negative
@@ -39,6 +40,7 @@ class LoweringContext:
     padded_copies: dict[tuple, StorageView] = field(default_factory=dict)  # lowering.padding.padded_operand
     graph_outputs: set[str] = field(default_factory=set)  # wire nodes that are graph outputs or viewed by one
     layout_free: set[str] = field(default_factory=set)  # wire nodes a layout may be chosen for (layout_choice.py)
+    materialized_cats: set[str] = field(default_factory=set)  # cats stored in memory whatever fuses (concatenation.py)
     laid_out_by_loads: set[str] = field(default_factory=set)  # buffers layout_choice.py laid out, not eager
     # eager's meta tensors of the wire nodes whose buffers lie otherwise (layout_choice.py), as env holds them
     eager_metas: dict[str, Any] = field(default_factory=dict)
@@ -77,7 +79,12 @@ class LoweringContext:
             value = value.realized  # wanted in another layout: a copy of the tensor allocated before
         layout = layout or Layout.contiguous(value.size, value.dtype)
         buffer = self.new_buffer(layout)
-        self.store(value, Store(buffer, layout))
+        if isinstance(value, Concatenation) and value.by_piece:
+            for piece, offset in zip(value.pieces, value.offsets):
+                self.store(Lazy(piece.size, value.dtype, piece.load),
+                           Store(buffer, narrowed(layout, value.dim, offset, piece.size[value.dim])))
+        else:
+            self.store(value, Store(buffer, layout))
         return StorageView(buffer, layout)
 
     def _allocate(self, value: Uninitialized, layout: Layout) -> StorageView:

@@ -9,6 +9,7 @@ import math
 from typing import Any, Sequence
 
 from compiler.indexing import FloorDiv, ModularIndexing
+from compiler.lowering.concatenation import Concatenation, stored_by_piece
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.masked_pieces import load_pieces
 from compiler.lowering.registry import register
@@ -128,7 +129,7 @@ def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> L
             result = piece if result is None else ops.where(inside, piece, result)
         return result
 
-    return Lazy(ctx.out_size, dtype, load)
+    return Concatenation(ctx.out_size, dtype, load, tuple(pieces), tuple(offsets), dim, stored_by_piece(ctx, pieces))
 
 
 # A piece whose length divides the cat dim's whole length is indexed so that its index stays in
