@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.dependencies import ReadWrites
 from compiler.indexing import RINDEX, XINDEX, flatten, unflatten
 from compiler.loop_mapping import GroupMapping
-from compiler.tiling import unit_steps
+from compiler.tiling import mapped_accesses, unit_steps
 
 ROW_ORDER_MIN_GAIN = 1 / 8
 MAX_ROW_BLOCK = 64  # a dim wider than this is no help: one row block cannot cover it
@@ -69,16 +69,11 @@ def _block_of_own_order(nodes: list, mapping: GroupMapping, read_writes: dict[st
     2 bytes of every 16 (H100, 2026-11-27: 91.9 us, autotuned to 4 rows 41.3, Inductor 39.2)."""
     if not OWN_ORDER_ROW_BLOCK or not 4 <= sizes[-1] <= MAX_ROW_BLOCK:
         return None  # a block too large to hold whole rows loops over them (codegen/heuristics.py)
-    for node in nodes:
-        rw = read_writes[node.name]
-        for dep in rw.reads | rw.writes:
-            if not isinstance(dep, MemoryDep) or dep.buffer in internal:
-                continue
-            index = mapping.nodes[node.name].apply(dep.index, mapping.bounds)
-            if XINDEX in index.free_symbols and RINDEX in index.free_symbols:
-                step_x, step_r = unit_steps(index, mapping.numel, mapping.rnumel)
-                if step_x and not step_r:
-                    return mapping, sizes[-1]
+    for _, index in mapped_accesses(nodes, mapping, read_writes, internal):
+        if XINDEX in index.free_symbols and RINDEX in index.free_symbols:
+            step_x, step_r = unit_steps(index, mapping.numel, mapping.rnumel)
+            if step_x and not step_r:
+                return mapping, sizes[-1]
     return None
 
 
@@ -104,17 +99,12 @@ def _coalesced_bytes(nodes: list, mapping: GroupMapping, read_writes: dict[str, 
     factor. Per-row accesses weigh 1/rnumel of an access along the row; an access the same for
     every row (a broadcast vector, a scalar) stays in cache and does not count."""
     total = good = 0
-    for node in nodes:
-        rw = read_writes[node.name]
-        for dep in rw.reads | rw.writes:
-            if not isinstance(dep, MemoryDep) or dep.buffer in internal:
-                continue
-            index = mapping.nodes[node.name].apply(dep.index, mapping.bounds)
-            if XINDEX not in index.free_symbols:
-                continue
-            along_row = RINDEX in index.free_symbols
-            weight = itemsize[dep.buffer] * (mapping.rnumel if along_row else 1)
-            step_x, step_r = unit_steps(index, mapping.numel, mapping.rnumel)
-            total += weight
-            good += weight if step_x or (along_row and step_r) else 0
+    for dep, index in mapped_accesses(nodes, mapping, read_writes, internal):
+        if XINDEX not in index.free_symbols:
+            continue
+        along_row = RINDEX in index.free_symbols
+        weight = itemsize[dep.buffer] * (mapping.rnumel if along_row else 1)
+        step_x, step_r = unit_steps(index, mapping.numel, mapping.rnumel)
+        total += weight
+        good += weight if step_x or (along_row and step_r) else 0
     return total, good

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -59,26 +60,32 @@ def retile(mapping: GroupMapping, outer: int, inner: int) -> GroupMapping:
     return mapping.with_xindex(XINDEX * inner + RINDEX, outer, inner)
 
 
+def mapped_accesses(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
+                    internal: set[str]) -> Iterator[tuple[MemoryDep, Any]]:
+    """Each access to memory of the group's nodes (buffers kept in registers left out), with its
+    index in the group's kernel variables."""
+    for node in nodes:
+        rw = read_writes[node.name]
+        for dep in rw.reads | rw.writes:
+            if isinstance(dep, MemoryDep) and dep.buffer not in internal:
+                yield dep, mapping.nodes[node.name].apply(dep.index, mapping.bounds)
+
+
 def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, ReadWrites],
                      itemsize: dict[str, int], internal: set[str]) -> int | None:
     """Bytes of accesses contiguous along rindex plus along xindex, if both axes have some
     and no access is strided along both (then tiling would not help it)."""
     along_x = along_r = 0
-    for node in nodes:
-        rw = read_writes[node.name]
-        for dep in rw.reads | rw.writes:
-            if not isinstance(dep, MemoryDep) or dep.buffer in internal:
-                continue
-            index = tiled.nodes[node.name].apply(dep.index, tiled.bounds)
-            if RINDEX not in index.free_symbols:
-                continue  # the same element for a whole row of the tile (a broadcast): no vote
-            step_x, step_r = unit_steps(index, tiled.numel, tiled.rnumel)
-            if step_r:
-                along_r += itemsize[dep.buffer]
-            elif step_x:
-                along_x += itemsize[dep.buffer]
-            else:
-                return None
+    for dep, index in mapped_accesses(nodes, tiled, read_writes, internal):
+        if RINDEX not in index.free_symbols:
+            continue  # the same element for a whole row of the tile (a broadcast): no vote
+        step_x, step_r = unit_steps(index, tiled.numel, tiled.rnumel)
+        if step_r:
+            along_r += itemsize[dep.buffer]
+        elif step_x:
+            along_x += itemsize[dep.buffer]
+        else:
+            return None
     return along_x + along_r if along_x and along_r else None
 
 
