@@ -86,12 +86,6 @@ def interval(expr: Expr, bounds: dict[sympy.Symbol, int]) -> Interval | None:
     return None if high is None else (0, high)
 
 
-def magnitude_bound(expr: Expr, bounds: dict[sympy.Symbol, int]) -> int | None:
-    """A bound on |expr| when each symbol s ranges over [0, bounds[s]); None if unknown."""
-    values = interval(expr, bounds)
-    return None if values is None else max(-values[0], values[1])
-
-
 def _fits(values: Interval) -> bool:
     return max(-values[0], values[1]) < NARROW_LIMIT
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from compiler.graph import Graph, refs_in
-from compiler.ir import ComputeNode, Layout, Program
+from compiler.ir import ComputeNode, Program
 from compiler.lowering import registry
 from compiler.lowering.padding import is_view
 from compiler.lowering.values import Lazy, StorageView, TensorValue
@@ -41,13 +41,6 @@ class Concatenation(Lazy):
     offsets: tuple[int, ...] = ()
     dim: int = 0
     by_piece: bool = False
-
-
-def narrowed(layout: Layout, dim: int, start: int, length: int) -> Layout:
-    """The view of `layout` that keeps `length` entries of `dim` from `start` (a slice's layout)."""
-    size = list(layout.size)
-    size[dim] = length
-    return Layout(tuple(size), layout.stride, layout.offset + start * layout.stride[dim], layout.dtype)
 
 
 def cats_materialized(graph: Graph, graph_outputs: set[str]) -> set[str]:

@@ -12,8 +12,9 @@ import torch
 
 from compiler.bounds import WorkLimits
 from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store, TensorArg
-from compiler.lowering.concatenation import Concatenation, narrowed
-from compiler.lowering.values import Lazy, StorageView, TensorValue, Uninitialized, compute_dtype
+from compiler.lowering import views
+from compiler.lowering.concatenation import Concatenation
+from compiler.lowering.values import StorageView, TensorValue, Uninitialized, compute_dtype
 
 
 SEED_BOUND = 2**62  # seeds are drawn from [0, SEED_BOUND): Philox keys of 64 bits, never negative
@@ -79,10 +80,11 @@ class LoweringContext:
             value = value.realized  # wanted in another layout: a copy of the tensor allocated before
         layout = layout or Layout.contiguous(value.size, value.dtype)
         buffer = self.new_buffer(layout)
-        if isinstance(value, Concatenation) and value.by_piece:
+        if isinstance(value, Concatenation) and value.by_piece:  # each piece into its slice of the buffer
+            whole = StorageView(buffer, layout)
             for piece, offset in zip(value.pieces, value.offsets):
-                self.store(Lazy(piece.size, value.dtype, piece.load),
-                           Store(buffer, narrowed(layout, value.dim, offset, piece.size[value.dim])))
+                part = views.slice_dim(whole, value.dim, offset, offset + piece.size[value.dim])
+                self.store(piece, Store(buffer, part.layout))
         else:
             self.store(value, Store(buffer, layout))
         return StorageView(buffer, layout)
