@@ -37,7 +37,7 @@ MIN_SHARE = 0.8
 
 def family(config: dict, rnumel: int) -> str:
     """The kind of kernel a (heuristic) config makes."""
-    if config.get("phases"):
+    if config.get("phases") or config.get("parts"):
         return "phases"
     if config.get("tiled"):
         return "tiled"

@@ -149,9 +149,12 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     reduction over a short column (each needs its own source)."""
     base = kernel.config
     variants: list[dict] = []
-    if base.get("phases"):  # single programs in turn (compiler.single_programs): each phase's config is fixed
+    if base.get("phases") or base.get("parts"):  # phases or parts of one launch (compiler.single_programs,
+        # compiler.parallel_passes): each one's config is fixed
         return [dict(base)]
-    if base.get("tiled"):
+    if base.get("lanes"):  # the pair's width is the source's (compiler.codegen.lane_loads): rows and warps only
+        variants = [{"XBLOCK": x, "num_warps": w} for x, w in ((128, 2), (512, 8), (128, 4), (1024, 8))]
+    elif base.get("tiled"):
         # narrow tiles too, as Inductor takes for small transposes (H100, 2026-11-27: ResNet's weight
         # copy of 256 x 128 x 3 x 3 to channels-last, Inductor's 16 x 64 5.6 us against our 32 x 32 5.7-6.4)
         variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32), (16, 64), (64, 16))]

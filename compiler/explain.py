@@ -27,6 +27,10 @@ def describe(artifact: Artifact) -> str:
         shape = f"{kernel['numel']}" + (f" x {kernel['rnumel']}" if kernel["rnumel"] > 1 else "")
         if config.get("phases"):
             kind = f"{len(config['phases'])} single-program kernels in turn, one launch"
+        elif config.get("parts"):
+            kind = f"{len(config['parts'])} reductions' first passes side by side, one launch"
+        elif config.get("lanes"):
+            kind = "pointwise in pairs of outputs"
         elif config.get("tiled"):
             kind = "2D-tiled pointwise"
         elif kernel["rnumel"] > 1:

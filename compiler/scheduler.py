@@ -47,6 +47,8 @@ from compiler.inline_gathers import (
     TRANSPOSED_TRIAL, gathered_producers, inline_gathered_producers, inline_transposed_producers, transposed_producers,
 )
 from compiler.split_reductions import split_reductions
+from compiler.paired_lanes import choose_lanes
+from compiler.parallel_passes import combine_split_passes
 from compiler.pointwise_order import choose_pointwise_layout
 from compiler.row_order import choose_row_order
 from compiler.single_programs import chain_single_programs
@@ -87,12 +89,14 @@ class KernelGroup:
     last: int  # position of its last node
     internal: set[str] = field(default_factory=set)  # written here, read nowhere else: never allocated
     tiled: bool = False  # a pointwise group walked in 2D tiles (mapping: xindex over rows, rindex over columns)
+    lanes: bool = False  # tiled in pairs of outputs whose strided reads load aligned runs (compiler.paired_lanes)
     row_block: int = 1  # rows a program needs at least (compiler.row_order: accesses contiguous across rows)
     mix_rows: int = 0  # a mixed-order kernel's rows per program (compiler.mixed_order); 0: not one
     column_nodes: frozenset[str] = frozenset()  # a mixed-order kernel's reductions along its columns
     reverse_programs: bool = False  # programs numbered back to front (compiler.l2_reuse)
     reread_later: frozenset[str] = frozenset()  # buffers the next reader starts where this kernel ends
     phases: tuple["KernelGroup", ...] = ()  # single-program kernels run in turn in one launch (compiler.single_programs)
+    parts: tuple["KernelGroup", ...] = ()  # independent first passes side by side in one launch (compiler.parallel_passes)
 
     @property
     def numel(self) -> int:
@@ -192,12 +196,17 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
             laid_out = choose_pointwise_layout(step.nodes, step.mapping, read_writes, itemsize, step.internal)
             if laid_out is not None:
                 step.mapping, step.tiled = laid_out
+            paired = None if step.tiled else choose_lanes(step.nodes, step.mapping, read_writes, step.internal,
+                                                          program.buffers)
+            if paired is not None:
+                step.mapping, step.tiled, step.lanes = paired, True, True
             reordered = None if step.mix_rows else choose_row_order(step.nodes, step.mapping, read_writes,
                                                                     itemsize, step.internal)
             if reordered is not None:
                 step.mapping, step.row_block = reordered
     plan_l2_reuse(steps, read_writes, program)
-    steps = chain_single_programs(steps, read_writes, program)
+    steps = chain_single_programs(steps, read_writes, program)  # first: it moves final passes out of the way
+    steps = combine_split_passes(steps, read_writes, program)
     for i, step in enumerate(s for s in steps if isinstance(s, KernelGroup)):
         step.name = kernel_name(step, i, program.origin_ops)
     return Schedule(program, steps, read_writes, log.to_json(steps, options))

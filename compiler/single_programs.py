@@ -19,7 +19,7 @@ nor write what it reads; a step that does closes the chain before it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from compiler.dependencies import ReadWrites, buffers_read_and_written
 from compiler.ir import Program
@@ -38,33 +38,45 @@ def chain_single_programs(steps: list, read_writes: dict[str, ReadWrites], progr
 
     if not CHAIN_SINGLE_PROGRAMS:
         return steps
+    return gather_runs(steps, read_writes, lambda step, touched: isinstance(step, KernelGroup) and
+                       is_single_program(step, touched, program), chained, MAX_PHASES, independent=False)
+
+
+def gather_runs(steps: list, read_writes: dict[str, ReadWrites], is_member: Callable[[Any, set[str]], bool],
+                build: Callable[[list], Any], most: int, independent: bool) -> list:
+    """`steps` in run order, each run of members (`is_member(step, buffers it touches)`) that can
+    move together made one step by `build`, placed where the run's last member was; a run of one
+    stays where it was. A step that reads what the run writes, or writes what it reads or writes,
+    closes the run before it. `independent`: a member may not read what earlier members write
+    either (the built step runs them side by side, not in turn)."""
     ordered: list = []
-    chain: list = []
-    chain_reads: set[str] = set()
-    chain_writes: set[str] = set()
-    start = 0  # where the chain's first member stood in `ordered`: a chain of one stays there
+    run: list = []
+    run_reads: set[str] = set()
+    run_writes: set[str] = set()
+    start = 0  # where the run's first member stood in `ordered`
 
     def close() -> None:
-        if len(chain) > 1:
-            ordered.append(chained(chain))
-        elif chain:
-            ordered.insert(start, chain[0])
-        chain.clear()
-        chain_reads.clear()
-        chain_writes.clear()
+        if len(run) > 1:
+            ordered.append(build(list(run)))
+        elif run:
+            ordered.insert(start, run[0])
+        run.clear()
+        run_reads.clear()
+        run_writes.clear()
 
     for step in steps:
         reads, writes = buffers_read_and_written(step.node_names, read_writes)
-        if isinstance(step, KernelGroup) and is_single_program(step, reads | writes, program):
-            if len(chain) == MAX_PHASES:
+        conflicts = bool(reads & run_writes or writes & (run_reads | run_writes))
+        if is_member(step, reads | writes):
+            if len(run) == most or (independent and conflicts):
                 close()
-            if not chain:
+            if not run:
                 start = len(ordered)
-            chain.append(step)
-            chain_reads.update(reads)
-            chain_writes.update(writes)
+            run.append(step)
+            run_reads.update(reads)
+            run_writes.update(writes)
             continue
-        if chain and (reads & chain_writes or writes & (chain_reads | chain_writes)):
+        if run and conflicts:
             close()
         ordered.append(step)
     close()
@@ -73,7 +85,7 @@ def chain_single_programs(steps: list, read_writes: dict[str, ReadWrites], progr
 
 def is_single_program(group: Any, touched: set[str], program: Program) -> bool:
     """A kernel group of one output element that moves little and is no special kind of kernel."""
-    if group.numel != 1 or group.tiled or group.mix_rows or group.phases:
+    if group.numel != 1 or group.tiled or group.mix_rows or group.phases or group.parts:
         return False
     return sum(program.buffers[b].layout.storage_bytes() for b in touched) <= PHASE_MAX_BYTES
 

@@ -7,14 +7,18 @@
 # rows already there (the same command, on the same warm machine), where without it a run starts
 # afresh. At the end each set's rows are merged into $OUT/<set>.jsonl and its table printed.
 # BENCH_GPUS="0 1 2" times on those GPUs only (the others left to other work of the same call).
+# BENCH_RUNS_DIR=$OUT/runs keeps the rows under $OUT as they are measured, so that a call cut off
+# by the device's time limit still brings back what it measured (a file per set and GPU, plus the
+# merged one per set: the device tool brings back at most 8 files; the logs stay in .bench-runs).
 #
 #   bash scripts/gpu_bench_sets.sh bench/cases bench/held_out ...   [extra bench/kernels.py arguments after --]
 set -uo pipefail
 source scripts/gpu_env.sh || exit 1
 out="${OUT:-/tmp}"
-runs=.bench-runs
-[ "${BENCH_RESUME:-0}" = 1 ] || rm -rf "$runs"
-mkdir -p "$runs"
+runs=${BENCH_RUNS_DIR:-.bench-runs}
+logs=.bench-runs
+[ "${BENCH_RESUME:-0}" = 1 ] || rm -rf "$runs" "$logs"
+mkdir -p "$runs" "$logs"
 sets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the rest goes to bench/kernels.py
@@ -33,7 +37,7 @@ for ((shard = 0; shard < gpus; shard++)); do
             [ "$left" -gt 0 ] || break
             CUDA_VISIBLE_DEVICES=$gpu timeout --signal=INT "$left" \
                 python3 bench/kernels.py --set models --case-dir "$set" --min-bytes 1048576 \
-                --jsonl "$runs/$name.$gpu.jsonl" --resume --shard "$shard/$gpus" "$@" >"$runs/$name.$gpu.log" 2>&1
+                --jsonl "$runs/$name.$gpu.jsonl" --resume --shard "$shard/$gpus" "$@" >"$logs/$name.$gpu.log" 2>&1
         done
     ) &
 done

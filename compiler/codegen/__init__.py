@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.codegen.heuristics import KernelShape, launch_config
-from compiler.codegen.group import assemble, assemble_phases, dropped_stores, pipelinable, write_group
+from compiler.codegen.group import assemble, assemble_parts, assemble_phases, dropped_stores, pipelinable, write_group
 from compiler.codegen.kernel import KernelWriter
-from compiler.codegen.plan import build_plan
+from compiler.codegen.plan import build_plan, launch_grid
 from compiler.dependencies import MemoryDep
 from compiler.graph import ITEMSIZES
 from compiler.gc_pause import paused_gc
@@ -152,6 +152,8 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
     (compiler.single_programs) is one kernel running each phase, with its heuristic config, in turn."""
     if group.phases:
         return _phases_kernel(group, schedule, dtypes, target)
+    if group.parts:
+        return _parts_kernel(group, schedule, dtypes, target)
     writer, dropped, config = _write_kernel(group, schedule, dtypes, target, config)
     source, arguments = assemble(writer, dropped)
     return KernelSource(
@@ -172,6 +174,20 @@ def _phases_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str
                         origins=_origins(group))
 
 
+def _parts_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str) -> KernelSource:
+    parts = [_write_kernel(part, schedule, dtypes, target) for part in group.parts]
+    for writer, _, _ in parts:
+        writer.program_id = "part_pid"
+    programs = [launch_grid(p.numel, p.rnumel, c)[0] for p, (_, _, c) in zip(group.parts, parts)]
+    source, arguments = assemble_parts(group.name, parts, programs)
+    config = {"XBLOCK": 1, "RBLOCK": 1, "num_warps": max(c["num_warps"] for _, _, c in parts), "num_stages": 1,
+              "persistent": True, "parts": [{k: c[k] for k in ("XBLOCK", "RBLOCK", "persistent")} | {"programs": n}
+                                            for (_, _, c), n in zip(parts, programs)]}
+    return KernelSource(name=group.name, source=source, arguments=arguments, numel=sum(programs),
+                        rnumel=max(p.rnumel for p in group.parts), config=config, nodes=group.node_names,
+                        origins=_origins(group))
+
+
 def _origins(group: KernelGroup) -> list[str]:
     return sorted({o for n in group.nodes for o in n.origins})
 
@@ -181,7 +197,7 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
     """The group's kernel written (not yet assembled), the stores it drops, and its config."""
     config = config or launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
                                                  not group.mix_rows and is_outer_reduction(group, schedule.read_writes),
-                                                 group.tiled, group.row_block, group.mix_rows), target)
+                                                 group.tiled, group.row_block, group.mix_rows, group.lanes), target)
     buffers = schedule.program.buffers
     touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
                             for n in group.node_names))
@@ -191,7 +207,8 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
                           "int64" if largest > INT32_LIMIT else "int32", dtypes, writes, portable_math=target == "cpu",
                           tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=_row_windows(group, config),
                           mix_rows=group.mix_rows, reverse_programs=group.reverse_programs,
-                          reread_later=group.reread_later)
+                          reread_later=group.reread_later,
+                          lane_extents={b: buffers[b].layout.storage_numel() for b in touched} if group.lanes else None)
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
     if config.get("loop_stages", 1) > 1:
         if pipelinable(writer):

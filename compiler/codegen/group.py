@@ -153,6 +153,31 @@ def assemble_phases(name: str, phases: list[tuple[KernelWriter, set[str], dict]]
     return "\n".join(lines) + "\n", arguments
 
 
+def assemble_parts(name: str, parts: list[tuple[KernelWriter, set[str], dict]], programs: list[int]
+                   ) -> tuple[str, list[str]]:
+    """One kernel whose programs run the parts' programs end to end (compiler.parallel_passes):
+    each part's function takes its own program number (writer.program_id) and runs with its own
+    launch config; `programs`: each part's program count."""
+    functions: list[str] = []
+    branches: list[str] = []
+    arguments: list[str] = []
+    first = 0
+    for i, ((writer, dropped, config), count) in enumerate(zip(parts, programs)):
+        function, used = kernel_function(writer, dropped, f"{name}_part{i}")
+        functions += ["", "", *function]
+        arguments += [b for b in used if b not in arguments]
+        shape = [writer.bounds[XINDEX], writer.bounds[RINDEX], config["XBLOCK"], config["RBLOCK"]]
+        test = "if" if i == 0 else "elif"
+        branches += [f"{test} pid < {first + count}:",
+                     f"    {name}_part{i}({', '.join([f'ptr_{b}' for b in used] + [f'pid - {first}'] + [str(n) for n in shape])})"]
+        first += count
+    signature = ", ".join([f"ptr_{b}" for b in arguments] + KERNEL_CONSTANTS)
+    lines = module_header(set().union(*(writer.helpers for writer, _, _ in parts))) + functions
+    lines += ["", "", "@triton.jit", f"def {name}({signature}):", "    pid = tl.program_id(0)"]
+    lines += [f"    {line}" for line in branches]
+    return "\n".join(lines) + "\n", arguments
+
+
 def module_header(helpers: set[str]) -> list[str]:
     lines = ["import triton", "import triton.language as tl", "from triton.language.extra import libdevice", ""]
     for helper in sorted(helpers):
@@ -163,7 +188,8 @@ def module_header(helpers: set[str]) -> list[str]:
 def kernel_function(writer: KernelWriter, dropped: set[str], name: str) -> tuple[list[str], list[str]]:
     """The kernel's jitted function, as lines, and its pointer arguments (buffer names, in order)."""
     used = [b for b in writer.pointers if b not in dropped]
-    signature = ", ".join([writer.pointers[b] for b in used] + KERNEL_CONSTANTS)
+    signature = ", ".join([writer.pointers[b] for b in used] + ([writer.program_id] if writer.program_id else [])
+                          + KERNEL_CONSTANTS)
     if writer.mix_rows:  # a mixed-order kernel (compiler/mixed_order.py): the row kernel in a loop over its rows
         rows = _mixed_row_step(writer) + writer.setup + _rendered_sections(writer, dropped) + writer.pending_after
         body = _mixed_prologue(writer) + [f"    {line}" for line in rows] + writer.after_rows
@@ -284,6 +310,7 @@ def _index_texts(writer: KernelWriter) -> tuple[str, str]:
     """The program id (counted from the last program where the kernel runs back to front) and an
     arange of `{n}` lanes, in the kernel's index dtype."""
     program_id = "(tl.num_programs(0) - 1 - tl.program_id(0))" if writer.reverse_programs else "tl.program_id(0)"
+    program_id = writer.program_id or program_id
     if writer.index_dtype == "int64":
         return f"{program_id}.to(tl.int64)", "tl.arange(0, {n}).to(tl.int64)"
     return program_id, "tl.arange(0, {n})"

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import sympy
 
+from compiler.codegen.lane_loads import lane_load
 from compiler.codegen.printer import texpr
 from compiler.codegen.triton_ops import CodegenError, TritonMathOps
 from compiler.codegen.values import TL_DTYPES, Var, is_float, literal, promote
@@ -73,7 +74,8 @@ class KernelWriter(TritonMathOps):
     def __init__(self, name: str, numel: int, rnumel: int, is_reduction: bool, persistent: bool,
                  index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool,
                  tiled: bool = False, unrounded: frozenset[str] = frozenset(), row_windows: bool = False,
-                 mix_rows: int = 0, reverse_programs: bool = False, reread_later: frozenset[str] = frozenset()) -> None:
+                 mix_rows: int = 0, reverse_programs: bool = False, reread_later: frozenset[str] = frozenset(),
+                 lane_extents: dict[str, int] | None = None) -> None:
         """`unrounded`: buffers no other kernel reads (the group's internal ones). Their readers here
         get the float32 value itself, as Inductor's do: rounding it to a bf16/fp16 buffer's dtype would
         cost two conversions per element and value and make the result no more accurate.
@@ -81,7 +83,9 @@ class KernelWriter(TritonMathOps):
         `mix_rows`: a mixed-order kernel's rows per program (compiler/mixed_order.py): its sections
         run in a loop over the program's rows, XBLOCK at a time, and `reduce_columns` sums along
         the rows across that loop.
-        `reverse_programs`, `reread_later`: see compiler.l2_reuse."""
+        `reverse_programs`, `reread_later`: see compiler.l2_reuse.
+        `lane_extents`: a paired kernel's (compiler.paired_lanes) buffers and the elements their
+        storage holds; its strided reads become aligned vector loads (compiler.codegen.lane_loads)."""
         self.name = name
         self.row_windows = row_windows and is_reduction and not persistent and not tiled
         self.row_stride: int | None = None  # set once a row window is in use: the stride of its rows
@@ -112,6 +116,8 @@ class KernelWriter(TritonMathOps):
         self.mix_rows = mix_rows
         self.reverse_programs = reverse_programs
         self.reread_later = reread_later
+        self.lane_extents = lane_extents
+        self.program_id: str | None = None  # a part's program number, passed in (compiler.parallel_passes)
         if mix_rows:
             self.bounds[PID] = max(1, -(-numel // mix_rows))
         self.before_rows: list[str] = []  # a mixed-order kernel's lines before its loop over rows
@@ -243,6 +249,10 @@ class KernelWriter(TritonMathOps):
         dtype = self.buffer_dtypes[buffer]
         # an empty loop (a reduction over no elements) reads nothing: its index may still fold to a constant
         scalar = not index.free_symbols and not self._masks and all(self.bounds.values())
+        if self.lane_extents is not None and not scalar:
+            paired = lane_load(self, buffer, index, self.lane_extents[buffer])
+            if paired is not None:
+                return paired
         if scalar:  # one element for the whole block (a learning rate, a scalar tensor): one scalar load
             # per thread, broadcast in registers, not one load per element the thread holds
             call = f"tl.load({self.pointer(buffer)} + {int(index)}"

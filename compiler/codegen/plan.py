@@ -132,8 +132,8 @@ def _inplace_source(group: KernelGroup, source: str, output: str, dying: list[st
     overwritten). In a reduction kernel the accesses are compared in the kernel's own (xindex,
     rindex) terms: a LayerNorm backward writes its input gradient over the incoming gradient, which
     its loops read at the same elements, the last of them in the loop that stores."""
-    if not dying or group.phases or (not group.is_reduction and len({n.ranges for n in group.nodes}) != 1):
-        return None  # a kernel of phases: each phase's accesses are in its own terms
+    if not dying or group.phases or group.parts or (not group.is_reduction and len({n.ranges for n in group.nodes}) != 1):
+        return None  # a kernel of phases or parts: each one's accesses are in its own terms
     buffers = schedule.program.buffers
     reads = [(n, d) for n in group.node_names for d in schedule.read_writes[n].reads]
     writes = [(n, d) for n in group.node_names for d in schedule.read_writes[n].writes]

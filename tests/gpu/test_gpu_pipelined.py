@@ -13,8 +13,6 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import compiler
-import compiler.autotune as autotune
 from client.cubin import cuda_target
 from client.runtime import load
 from compiler.autotune import candidate_configs
@@ -24,6 +22,7 @@ from compiler.lowering import lower
 from compiler.options import CompileOptions
 from compiler.scheduler import schedule
 from tests.compare import assert_within_eager_error
+from tests.gpu.forced_candidates import compiled_with
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -38,17 +37,6 @@ def _inputs(rows: int, length: int) -> list[torch.Tensor]:
     w, b = (torch.randn(length, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, [length], w, b, 1e-5)
     return [torch.randn_like(x), x, mean, rstd, w, b]
-
-
-def _compiled_with(graph, config: dict):
-    """The graph compiled with its mixed kernel's candidates forced to [config]."""
-    shipped = autotune.candidate_configs
-    autotune.candidate_configs = lambda kernel, can_regenerate=False: \
-        [config] if kernel.config.get("mix_rows") else shipped(kernel, can_regenerate)[:1]
-    try:
-        return compiler.compile(graph, cuda_target(), {"benchmark_fusion": False})
-    finally:
-        autotune.candidate_configs = shipped
 
 
 def _check(artifact, fn, inputs: list[torch.Tensor]) -> None:
@@ -68,7 +56,7 @@ def test_every_pipelined_mixed_candidate_matches_eager(rows, length):
     pipelined = [c for c in candidate_configs(mixed, can_regenerate=True) if c.get("loop_stages", 1) > 1]
     assert pipelined
     for config in pipelined:
-        artifact = _compiled_with(graph, config)
+        artifact = compiled_with(graph, config, lambda c: bool(c.get("mix_rows")))
         (built,) = [k for k in artifact.manifest["kernels"] if k["config"].get("mix_rows")]
         assert built["config"] == config and "tl.range(" in artifact.kernel_source(built)
         _check(artifact, layer_norm_backward, inputs)
