@@ -1,7 +1,7 @@
 """Pointwise kernels walked two outputs at a time (compiler/paired_lanes.py), their strided reads
-loaded as aligned runs of 4 (compiler/codegen/lane_loads.py): stride-2 pools and an interleaved
-rotary against eager, with padding at every edge, odd heights, non-contiguous inputs, and the
-kernels that must keep their 1D form."""
+loaded as aligned runs of 4 (compiler/codegen/lane_loads.py): stride-2 pools and interleaved pairs
+against eager, with padding at every edge, odd heights, non-contiguous inputs, a ResNet stem with
+its backward, and the kernels that must keep their 1D form."""
 
 from __future__ import annotations
 
@@ -93,3 +93,24 @@ def test_the_switch_keeps_the_1d_kernel(monkeypatch):
     monkeypatch.setattr(paired_lanes, "PAIRED_LANES", False)
     result = check(max_pool, rand((2, 3, 12, 16)))
     assert paired_kernels(result) == 0 and run_loads(result) == 0
+
+
+def test_a_resnet_stem_and_its_backward_with_paired_pools():
+    """Convolution, BatchNorm in train mode, ReLU, the 3x3 stride-2 max pool and a halving average
+    pool, with the gradients of the input and the weight: the pools' kernels read the normalized
+    activations in pairs inside the graph's fusions, forward and backward."""
+    def stem(x, weight, gamma, beta):
+        def loss_of(x, weight):
+            y = torch.nn.functional.conv2d(x, weight, padding=1)
+            y = torch.nn.functional.batch_norm(y, None, None, gamma, beta, training=True)
+            y = torch.ops.aten.max_pool2d_with_indices(torch.relu(y), [3, 3], [2, 2], [1, 1])[0]
+            return (torch.ops.aten.avg_pool2d(y, [2, 2], [2, 2]) ** 2).sum()
+        loss = loss_of(x, weight)
+        return (loss, *torch.autograd.grad(loss, (x, weight)))
+
+    x = rand((2, 3, 16, 24)).requires_grad_()
+    weight = rand((4, 3, 3, 3), seed=11).requires_grad_()
+    result = check(stem, x, weight, rand((4,), seed=12), rand((4,), seed=13), expect_no_extern=False,
+                   reference64=True)
+    assert set(result.externs) == {"aten.convolution.default", "aten.convolution_backward.default"}
+    assert paired_kernels(result) >= 1
