@@ -71,6 +71,7 @@ def choose_lanes(nodes: list, mapping: GroupMapping, read_writes: dict[str, Read
     if not sizes or sizes[-1] % 2 or mapping.numel % 2 or mapping.numel // 2 < MIN_PAIRS:
         return None
     paired = retile(mapping, mapping.numel // 2, 2)
+    written = set().union(*(read_writes[n.name].write_buffers() for n in nodes))
     parities: dict[str, set[int]] = {}
     narrowed: set[str] = set()  # contiguous accesses whose pairs are narrower than a 16-byte vector
     for dep, index in mapped_accesses(nodes, paired, read_writes, internal):
@@ -79,7 +80,7 @@ def choose_lanes(nodes: list, mapping: GroupMapping, read_writes: dict[str, Read
             return None
         if step == 2:
             found = pair_read(index)
-            if found is None or dep.buffer in _writes(nodes, read_writes):
+            if found is None or dep.buffer in written:
                 return None
             parities.setdefault(dep.buffer, set()).add(found[1] % 2)
         elif step == 1 and 2 * ITEMSIZES[buffers[dep.buffer].dtype] < VECTOR_BYTES:
@@ -98,7 +99,3 @@ def _rindex_step(index: Expr) -> int | None:
     if RINDEX in sympy.expand(expanded - step * RINDEX).free_symbols or not step.is_Integer:
         return None
     return int(step) if int(step) in (0, 1, 2) else None
-
-
-def _writes(nodes: list, read_writes: dict[str, ReadWrites]) -> set[str]:
-    return set().union(*(read_writes[n.name].write_buffers() for n in nodes))
