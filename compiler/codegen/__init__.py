@@ -167,8 +167,7 @@ def generate_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, st
 def _phases_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str], target: str) -> KernelSource:
     phases = [_write_kernel(phase, schedule, dtypes, target) for phase in group.phases]
     source, arguments = assemble_phases(group.name, phases)
-    config = {"XBLOCK": 1, "RBLOCK": 1, "num_warps": max(c["num_warps"] for _, _, c in phases), "num_stages": 1,
-              "persistent": True, "phases": [{k: c[k] for k in ("XBLOCK", "RBLOCK", "persistent")} for _, _, c in phases]}
+    config = _joined_config(phases, "phases", [{} for _ in phases])
     return KernelSource(name=group.name, source=source, arguments=arguments, numel=1,
                         rnumel=max(p.rnumel for p in group.phases), config=config, nodes=group.node_names,
                         origins=_origins(group))
@@ -180,12 +179,19 @@ def _parts_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
         writer.program_id = "part_pid"
     programs = [launch_grid(p.numel, p.rnumel, c)[0] for p, (_, _, c) in zip(group.parts, parts)]
     source, arguments = assemble_parts(group.name, parts, programs)
-    config = {"XBLOCK": 1, "RBLOCK": 1, "num_warps": max(c["num_warps"] for _, _, c in parts), "num_stages": 1,
-              "persistent": True, "parts": [{k: c[k] for k in ("XBLOCK", "RBLOCK", "persistent")} | {"programs": n}
-                                            for (_, _, c), n in zip(parts, programs)]}
+    config = _joined_config(parts, "parts", [{"programs": n} for n in programs])
     return KernelSource(name=group.name, source=source, arguments=arguments, numel=sum(programs),
                         rnumel=max(p.rnumel for p in group.parts), config=config, nodes=group.node_names,
                         origins=_origins(group))
+
+
+def _joined_config(members: list[tuple[KernelWriter, set[str], dict]], kind: str, extras: list[dict]) -> dict:
+    """The launch config of a kernel of several members (phases, parts): XBLOCK 1, so that the grid
+    is the kernel's numel in programs, the most warps any member asks for, and under `kind` each
+    member's block sizes (with its `extras`)."""
+    return {"XBLOCK": 1, "RBLOCK": 1, "num_warps": max(c["num_warps"] for _, _, c in members), "num_stages": 1,
+            "persistent": True,
+            kind: [{k: c[k] for k in ("XBLOCK", "RBLOCK", "persistent")} | extra for (_, _, c), extra in zip(members, extras)]}
 
 
 def _origins(group: KernelGroup) -> list[str]:

@@ -137,20 +137,9 @@ def assemble_phases(name: str, phases: list[tuple[KernelWriter, set[str], dict]]
     """One kernel that runs each phase (writer, dropped stores, launch config) in turn in its one
     program (compiler.single_programs), a barrier between phases: a phase's loads see what the
     phases before it stored."""
-    functions: list[str] = []
-    calls: list[str] = []
-    arguments: list[str] = []
-    for i, (writer, dropped, config) in enumerate(phases):
-        function, used = kernel_function(writer, dropped, f"{name}_phase{i}")
-        functions += ["", "", *function]
-        arguments += [b for b in used if b not in arguments]
-        shape = [writer.bounds[XINDEX], writer.bounds[RINDEX], config["XBLOCK"], config["RBLOCK"]]
-        calls += ["tl.debug_barrier()"] if calls else []
-        calls.append(f"{name}_phase{i}({', '.join([f'ptr_{b}' for b in used] + [str(n) for n in shape])})")
-    signature = ", ".join([f"ptr_{b}" for b in arguments] + KERNEL_CONSTANTS)
-    lines = module_header(set().union(*(writer.helpers for writer, _, _ in phases))) + functions
-    lines += ["", "", "@triton.jit", f"def {name}({signature}):"] + [f"    {call}" for call in calls]
-    return "\n".join(lines) + "\n", arguments
+    functions, calls, arguments = _member_functions(name, "phase", phases, [[] for _ in phases])
+    body = [line for i, call in enumerate(calls) for line in (["tl.debug_barrier()"] if i else []) + [call]]
+    return _joined_source(name, phases, functions, arguments, body), arguments
 
 
 def assemble_parts(name: str, parts: list[tuple[KernelWriter, set[str], dict]], programs: list[int]
@@ -158,24 +147,38 @@ def assemble_parts(name: str, parts: list[tuple[KernelWriter, set[str], dict]], 
     """One kernel whose programs run the parts' programs end to end (compiler.parallel_passes):
     each part's function takes its own program number (writer.program_id) and runs with its own
     launch config; `programs`: each part's program count."""
+    firsts = [sum(programs[:i]) for i in range(len(parts))]
+    functions, calls, arguments = _member_functions(name, "part", parts, [[f"pid - {first}"] for first in firsts])
+    body = ["pid = tl.program_id(0)"]
+    for i, (call, first, count) in enumerate(zip(calls, firsts, programs)):
+        body += [f"{'if' if i == 0 else 'elif'} pid < {first + count}:", f"    {call}"]
+    return _joined_source(name, parts, functions, arguments, body), arguments
+
+
+def _member_functions(name: str, kind: str, members: list[tuple[KernelWriter, set[str], dict]],
+                      program_ids: list[list[str]]) -> tuple[list[str], list[str], list[str]]:
+    """For a kernel of several members (phases, parts): each member's jitted function, as lines,
+    the call of each with its own launch config (and `program_ids`' argument, if any), and the
+    kernel's pointer arguments."""
     functions: list[str] = []
-    branches: list[str] = []
+    calls: list[str] = []
     arguments: list[str] = []
-    first = 0
-    for i, ((writer, dropped, config), count) in enumerate(zip(parts, programs)):
-        function, used = kernel_function(writer, dropped, f"{name}_part{i}")
+    for i, ((writer, dropped, config), program_id) in enumerate(zip(members, program_ids)):
+        function, used = kernel_function(writer, dropped, f"{name}_{kind}{i}")
         functions += ["", "", *function]
         arguments += [b for b in used if b not in arguments]
         shape = [writer.bounds[XINDEX], writer.bounds[RINDEX], config["XBLOCK"], config["RBLOCK"]]
-        test = "if" if i == 0 else "elif"
-        branches += [f"{test} pid < {first + count}:",
-                     f"    {name}_part{i}({', '.join([f'ptr_{b}' for b in used] + [f'pid - {first}'] + [str(n) for n in shape])})"]
-        first += count
+        calls.append(f"{name}_{kind}{i}({', '.join([f'ptr_{b}' for b in used] + program_id + [str(n) for n in shape])})")
+    return functions, calls, arguments
+
+
+def _joined_source(name: str, members: list[tuple[KernelWriter, set[str], dict]], functions: list[str],
+                   arguments: list[str], body: list[str]) -> str:
+    """The module of a kernel of several members: their functions, then the kernel running `body`."""
     signature = ", ".join([f"ptr_{b}" for b in arguments] + KERNEL_CONSTANTS)
-    lines = module_header(set().union(*(writer.helpers for writer, _, _ in parts))) + functions
-    lines += ["", "", "@triton.jit", f"def {name}({signature}):", "    pid = tl.program_id(0)"]
-    lines += [f"    {line}" for line in branches]
-    return "\n".join(lines) + "\n", arguments
+    lines = module_header(set().union(*(writer.helpers for writer, _, _ in members))) + functions
+    lines += ["", "", "@triton.jit", f"def {name}({signature}):"] + [f"    {line}" for line in body]
+    return "\n".join(lines) + "\n"
 
 
 def module_header(helpers: set[str]) -> list[str]:
