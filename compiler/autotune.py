@@ -178,6 +178,8 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
                     {"XBLOCK": 16, "RBLOCK": 32}, {"XBLOCK": 32, "RBLOCK": 32}]
         if can_regenerate and _next_power_of_2(kernel.rnumel) <= SHORT_COLUMN_ROWS:
             variants += _whole_columns(kernel.rnumel)
+    elif base.get("unrolled"):  # cells of several outputs (compiler.unrolled_lanes): 1-4 cells a thread
+        variants = [{"XBLOCK": x, "num_warps": w} for x, w in ((128, 2), (128, 4), (512, 4), (512, 8), (1024, 8))]
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
     elif base["persistent"] and base.get("outer"):  # few rows, many columns: columns per warp matter most

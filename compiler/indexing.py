@@ -46,6 +46,9 @@ class FloorDiv(sympy.Function):
             inner, step, modulus = base.args
             return ModularIndexing(inner, step * divisor, sympy.Integer(int(modulus) // int(divisor)))
         if isinstance(divisor, sympy.Integer) and isinstance(base, sympy.Add):
+            split = _whole_constant(base, int(divisor))
+            if split is not None:  # (rest + q*d + c) // d == q + (rest + c) // d, rest >= 0 and 0 <= c < d
+                return split[0] + FloorDiv(split[1], divisor)
             # pull out terms that are exact multiples of the divisor
             exact = [t for t in base.args if _is_multiple(t, int(divisor))]
             if exact and len(exact) < len(base.args):
@@ -86,6 +89,9 @@ class ModularIndexing(sympy.Function):
         if isinstance(divisor, sympy.Integer) and isinstance(modulus, sympy.Integer) and isinstance(base, sympy.Add):
             # drop terms that are multiples of divisor * modulus: they cannot change the result
             period = int(divisor) * int(modulus)
+            split = _whole_constant(base, period)
+            if split is not None:  # a constant of a period or more: whole periods change nothing
+                return ModularIndexing(split[1], divisor, modulus)
             kept = [t for t in base.args if not _is_multiple(t, period)]
             rest = sympy.Add(*kept)
             # only while what is kept stays non-negative: Triton's % and // truncate toward zero
@@ -105,6 +111,16 @@ def digit_span(piece: FloorDiv | ModularIndexing, numel: int) -> tuple[int, int]
     [low, numel) of `a` in [0, numel), `(a // low) % m` reads [low, low * m)."""
     low = int(piece.args[1])
     return low, low * int(piece.args[2]) if isinstance(piece, ModularIndexing) else numel
+
+
+def _whole_constant(base: sympy.Add, n: int) -> tuple[int, Expr] | None:
+    """(q, rest + c) for a sum rest + q*n + c whose constant is n or more (0 <= c < n) and whose
+    other terms are non-negative (Triton's // truncates, so only then is this floor division),
+    else None: the lane of a pool's backward at row 2*h2 + 1 reads (2*w2 + 113) // 112."""
+    constant = sum(int(t) for t in base.args if t.is_Integer)
+    if constant < n or not _non_negative(base - constant):
+        return None
+    return constant // n, base - (constant // n) * n
 
 
 def _is_multiple(term: Expr, n: int) -> bool:

@@ -71,11 +71,14 @@ class GroupMapping:
         rindex = [mapping.apply(_var("r", i, s), self.bounds) for i, s in enumerate(node.reduction_ranges)]
         return index, rindex
 
-    def with_xindex(self, flat: Expr, numel: int, rnumel: int, rindex: Expr = RINDEX) -> GroupMapping:
+    def with_xindex(self, flat: Expr, numel: int, rnumel: int, rindex: Expr = RINDEX,
+                    extra_bounds: dict[sympy.Symbol, int] | None = None) -> GroupMapping:
         """The same points walked another way: each node's xindex replaced by `flat` (and its rindex
         by `rindex`), expressions of the new kernel's (xindex, rindex) over numel x rnumel (a 2D
-        tiling, another row order, a column pass inside a row kernel: compiler/mixed_order.py)."""
-        bounds = {XINDEX: numel, RINDEX: rnumel}
+        tiling, another row order, a column pass inside a row kernel: compiler/mixed_order.py).
+        `extra_bounds`: other symbols `flat` uses and their ranges (a cell's lanes:
+        compiler/unrolled_lanes.py)."""
+        bounds = {XINDEX: numel, RINDEX: rnumel} | (extra_bounds or {})
         replaced = {XINDEX: flat, RINDEX: rindex}
         nodes = {name: NodeMapping({s: simplify_index(e.xreplace(replaced), bounds)
                                     for s, e in m.substitutions.items()})

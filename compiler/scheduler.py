@@ -48,6 +48,7 @@ from compiler.inline_gathers import (
 )
 from compiler.split_reductions import split_reductions
 from compiler.paired_lanes import choose_lanes
+from compiler.unrolled_lanes import Unrolled, choose_unrolled
 from compiler.parallel_passes import combine_split_passes
 from compiler.pointwise_order import choose_pointwise_layout
 from compiler.row_order import choose_row_order
@@ -90,6 +91,7 @@ class KernelGroup:
     internal: set[str] = field(default_factory=set)  # written here, read nowhere else: never allocated
     tiled: bool = False  # a pointwise group walked in 2D tiles (mapping: xindex over rows, rindex over columns)
     lanes: bool = False  # tiled in pairs of outputs whose strided reads load aligned runs (compiler.paired_lanes)
+    unrolled: Unrolled | None = None  # cells of outputs that share reads, one a point (compiler.unrolled_lanes)
     row_block: int = 1  # rows a program needs at least (compiler.row_order: accesses contiguous across rows)
     mix_rows: int = 0  # a mixed-order kernel's rows per program (compiler.mixed_order); 0: not one
     column_nodes: frozenset[str] = frozenset()  # a mixed-order kernel's reductions along its columns
@@ -200,6 +202,9 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
                                                           program.buffers)
             if paired is not None:
                 step.mapping, step.tiled, step.lanes = paired, True, True
+            unrolled = None if step.tiled else choose_unrolled(step.nodes, step.mapping, read_writes, step.internal)
+            if unrolled is not None:
+                step.mapping, step.unrolled = unrolled.mapping, unrolled
             reordered = None if step.mix_rows else choose_row_order(step.nodes, step.mapping, read_writes,
                                                                     itemsize, step.internal)
             if reordered is not None:

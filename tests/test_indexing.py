@@ -79,6 +79,18 @@ def test_multiples_stay_inside_when_the_rest_could_be_negative():
     assert FloorDiv(x + 8 + 9 * y, 9) == y + FloorDiv(x + 8, 9)
 
 
+def test_whole_periods_of_a_constant_leave_divisions_and_modulos():
+    """The odd-row, odd-column lane of a pool backward's cell (compiler/unrolled_lanes.py) reads
+    (2*j + 113) // 112 and % 112 over rows of 112: the constant's whole period leaves, and the rest
+    stays under the divisor. Each form keeps its values over the index range."""
+    j = ModularIndexing(XINDEX, 1, 56)
+    bounds = {XINDEX: 112}
+    assert simplify_index(ModularIndexing(2 * j + 113, 1, 112), bounds) == 2 * j + 1
+    assert simplify_index(FloorDiv(2 * j + 113, 112), bounds) == 1
+    for expr in (FloorDiv(j + 60, 7), ModularIndexing(j + 60, 1, 7), ModularIndexing(j + 60, 7, 3)):
+        assert _values(simplify_index(expr, bounds), bounds) == _values(expr, bounds)
+
+
 def test_a_division_of_a_modulo_by_a_factor_of_its_modulus_is_one_modulo():
     # ((r % 12544) // 112) is (r // 112) % 112: then 112 * that + r % 112 joins into r % 12544,
     # the per-image index of an NCHW BatchNorm reduction over N, H, W (two div/mods per element, not four)

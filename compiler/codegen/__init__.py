@@ -203,7 +203,8 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
     """The group's kernel written (not yet assembled), the stores it drops, and its config."""
     config = config or launch_config(KernelShape(group.numel, group.rnumel, group.is_reduction,
                                                  not group.mix_rows and is_outer_reduction(group, schedule.read_writes),
-                                                 group.tiled, group.row_block, group.mix_rows, group.lanes), target)
+                                                 group.tiled, group.row_block, group.mix_rows, group.lanes,
+                                                 group.unrolled.count if group.unrolled else 1), target)
     buffers = schedule.program.buffers
     touched = set().union(*(schedule.read_writes[n].read_buffers() | schedule.read_writes[n].write_buffers()
                             for n in group.node_names))
@@ -214,7 +215,8 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
                           tiled=group.tiled, unrounded=frozenset(group.internal), row_windows=_row_windows(group, config),
                           mix_rows=group.mix_rows, reverse_programs=group.reverse_programs,
                           reread_later=group.reread_later,
-                          lane_extents={b: buffers[b].layout.storage_numel() for b in touched} if group.lanes else None)
+                          lane_extents={b: buffers[b].layout.storage_numel() for b in touched} if group.lanes else None,
+                          unrolled=group.unrolled)
     write_group(writer, group, schedule.read_writes, online_softmax=target == "cpu" or group.rnumel >= ONLINE_SOFTMAX_MIN_ROW)
     if config.get("loop_stages", 1) > 1:
         if pipelinable(writer):

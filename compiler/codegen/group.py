@@ -43,6 +43,9 @@ def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites],
 
 def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str, ReadWrites],
                 online_softmax: bool = True) -> None:
+    if group.unrolled is not None:
+        _write_cells(writer, group)
+        return
     use_online = online_softmax and not writer.persistent
     online = find_online_pairs(group.nodes, group.mapping) if use_online else {}
     by_name = {n.name: n for n in group.nodes}
@@ -79,6 +82,20 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
                     recompute = lambda node=node, index=index, rindex=rindex: node.body(writer, index, rindex)
                 for store in node.stores:
                     writer.store(store.buffer.name, store.layout.index(index), value, recompute)
+
+
+def _write_cells(writer: KernelWriter, group: KernelGroup) -> None:
+    """A pointwise kernel over cells (compiler.unrolled_lanes): the group's nodes written once per
+    lane, in one section, where equal loads of different lanes are one load."""
+    writer.open_section("x")
+    for lane in group.unrolled.assignments():
+        writer.lane = lane
+        for node in group.nodes:
+            index, rindex = group.mapping.index_of(node)
+            value = node.body(writer, index, rindex)
+            for store in node.stores:
+                writer.store(store.buffer.name, store.layout.index(index), value)
+    writer.finish_lanes()
 
 
 class _RecomputeCosts:

@@ -69,6 +69,7 @@ class KernelShape:
     row_block: int = 1  # rows a program needs at least (their accesses are contiguous across rows)
     mix_rows: int = 0  # a mixed-order kernel's rows per program (compiler/mixed_order.py)
     lanes: bool = False  # a pointwise kernel walked in pairs of outputs (compiler/paired_lanes.py)
+    unrolled: int = 1  # outputs a point of a kernel over cells (compiler/unrolled_lanes.py)
 
 
 def next_power_of_2(n: int) -> int:
@@ -84,6 +85,8 @@ def launch_config(shape: KernelShape, target: str) -> dict:
         return _config(min(256, next_power_of_2(shape.numel)), 2, 4, True) | {"tiled": True, "lanes": 2}
     if shape.tiled:
         return _config(min(64, next_power_of_2(shape.numel)), min(64, next_power_of_2(shape.rnumel)), 4, True) | {"tiled": True}
+    if shape.unrolled > 1:  # about 1024 outputs a program, as a 1D kernel's
+        return _config(min(1024 // shape.unrolled, next_power_of_2(shape.numel)), 1, 4, False) | {"unrolled": shape.unrolled}
     if target == "cpu":
         return _cpu_config(shape)
     if not shape.is_reduction:

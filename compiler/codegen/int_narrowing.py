@@ -38,6 +38,10 @@ _NARROW_INT_DTYPES = ("int32", "int16", "int8", "uint8")
 _DTYPE_BOUNDS = {"int8": 128, "uint8": 255, "int16": 1 << 15, "int32": 1 << 31}  # of |value|
 
 Interval = tuple[int, int]  # the least and the largest value an integer takes
+_COMPARISONS: dict[str, Callable[[int, int], bool]] = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+}
 
 
 def _product(a: Interval, b: Interval) -> Interval:
@@ -121,7 +125,15 @@ class NarrowIntegers:
 
     def narrow_compare(self, operator: str, a: Var, b: Var) -> Var | None:
         twins = self._operands(a, b)
-        return None if twins is None else self.emit(f"{twins[0][0]} {operator} {twins[1][0]}", "bool")
+        if twins is None:
+            return None
+        (_, left), (_, right) = twins
+        if left[0] == left[1] and right[0] == right[1]:  # two known values (a cell's lane: compiler.unrolled_lanes)
+            return self.known_bool(_COMPARISONS[operator](left[0], right[0]))
+        return self.emit(f"{twins[0][0]} {operator} {twins[1][0]}", "bool")
+
+    def known_bool(self, value: bool) -> Var:  # pragma: no cover - provided by KernelWriter
+        raise NotImplementedError
 
     def narrow_arithmetic(self, op: str, a: Var, b: Var) -> Var | None:
         twins = self._operands(a, b)

@@ -23,6 +23,7 @@ from compiler.codegen.printer import texpr
 from compiler.codegen.triton_ops import CodegenError, TritonMathOps
 from compiler.codegen.values import TL_DTYPES, Var, is_float, literal, promote
 from compiler.indexing import RINDEX, XINDEX, Expr, FloorDiv, ModularIndexing, digit_span, simplify_index, upper_bound
+from compiler.unrolled_lanes import Unrolled, lane_index
 
 __all__ = ["KernelWriter", "Section", "StoreLine", "LoadLine", "CodegenError", "ROW_ALIGN"]
 
@@ -61,6 +62,11 @@ class LoadLine:
     reread: bool
 
 
+def _pair_offsets(first: str) -> str:
+    """The [XBLOCK, 2] offsets of an element and its neighbour, from the [XBLOCK] offsets `first`."""
+    return f"({first})[:, None] + tl.arange(0, 2)[None, :]"
+
+
 @dataclass
 class Section:
     kind: str  # "x" or "r"
@@ -75,7 +81,7 @@ class KernelWriter(TritonMathOps):
                  index_dtype: str, buffer_dtypes: dict[str, str], group_writes: set[str], portable_math: bool,
                  tiled: bool = False, unrounded: frozenset[str] = frozenset(), row_windows: bool = False,
                  mix_rows: int = 0, reverse_programs: bool = False, reread_later: frozenset[str] = frozenset(),
-                 lane_extents: dict[str, int] | None = None) -> None:
+                 lane_extents: dict[str, int] | None = None, unrolled: Unrolled | None = None) -> None:
         """`unrounded`: buffers no other kernel reads (the group's internal ones). Their readers here
         get the float32 value itself, as Inductor's do: rounding it to a bf16/fp16 buffer's dtype would
         cost two conversions per element and value and make the result no more accurate.
@@ -85,7 +91,10 @@ class KernelWriter(TritonMathOps):
         the rows across that loop.
         `reverse_programs`, `reread_later`: see compiler.l2_reuse.
         `lane_extents`: a paired kernel's (compiler.paired_lanes) buffers and the elements their
-        storage holds; its strided reads become aligned vector loads (compiler.codegen.lane_loads)."""
+        storage holds; its strided reads become aligned vector loads (compiler.codegen.lane_loads).
+        `unrolled`: a kernel over cells (compiler.unrolled_lanes): the group's bodies are written once
+        per lane (`lane` set to the lane's symbol values), and a lane's index expressions are
+        evaluated at its values."""
         self.name = name
         self.row_windows = row_windows and is_reduction and not persistent and not tiled
         self.row_stride: int | None = None  # set once a row window is in use: the stride of its rows
@@ -117,6 +126,13 @@ class KernelWriter(TritonMathOps):
         self.reverse_programs = reverse_programs
         self.reread_later = reread_later
         self.lane_extents = lane_extents
+        self.unrolled = unrolled
+        self.lane: dict[sympy.Symbol, int] | None = None  # the lane being written, in a kernel over cells
+        self._lane_partners: dict[tuple, tuple[Expr, str]] = {}  # an inner lane 0's store, awaiting lane 1's
+        self._known_bools: dict[str, bool] = {}  # conditions whose value the kernel's text already fixes
+        self._dead = 0  # > 0 inside a masked body whose mask is known false: its loads read nothing
+        if unrolled is not None:
+            self.bounds.update(unrolled.lanes)
         self.program_id: str | None = None  # a part's program number, passed in (compiler.parallel_passes)
         if mix_rows:
             self.bounds[PID] = max(1, -(-numel // mix_rows))
@@ -180,7 +196,11 @@ class KernelWriter(TritonMathOps):
 
     def index(self, expr: Expr) -> str:
         """Triton text for an index expression; x-only div/mod terms become named variables."""
-        return self._index_text(simplify_index(expr, self.bounds))
+        return self._index_text(simplify_index(self._in_lane(expr), self.bounds))
+
+    def _in_lane(self, expr: Expr) -> Expr:
+        """`expr` at the lane being written (a kernel over cells); `expr` itself elsewhere."""
+        return expr if self.lane is None else lane_index(expr, self.lane, self.bounds)
 
     def _index_text(self, expr: Expr) -> str:
         if not expr.free_symbols:
@@ -235,7 +255,10 @@ class KernelWriter(TritonMathOps):
         return skips_digits(index, self.bounds[XINDEX])
 
     def load(self, buffer: str, index: Expr) -> Var:
-        index = simplify_index(index, self.bounds)
+        if self._dead:
+            return self.constant(0, self.buffer_dtypes[buffer])
+        symbolic = index
+        index = simplify_index(self._in_lane(index), self.bounds)
         offset = self._index_text(index)
         key = self._stored_key(buffer, offset)
         stored = self._stored.get(key)
@@ -253,19 +276,46 @@ class KernelWriter(TritonMathOps):
             paired = lane_load(self, buffer, index, self.lane_extents[buffer])
             if paired is not None:
                 return paired
+        if self.lane is not None and not scalar:
+            pair = self._partner_lanes_load(buffer, symbolic)
+            if pair is not None:
+                return pair
         if scalar:  # one element for the whole block (a learning rate, a scalar tensor): one scalar load
             # per thread, broadcast in registers, not one load per element the thread holds
             call = f"tl.load({self.pointer(buffer)} + {int(index)}"
         else:
             call = f"tl.load({self.pointer(buffer)} + {offset}, {self._load_mask(index)}, other=0"
-        row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols
-        reread = row_invariant or repeats_along_row(index) or self._reads_elements_again(index)
+        reread = self._reread(index)
         raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", reread))
         if scalar:
             raw = self.emit(f"tl.broadcast_to({raw}, {self.section.shape})", dtype)
         if dtype in ("bfloat16", "float16"):
             return self.emit(f"{raw}.to(tl.float32)", "float32")
         return raw
+
+    def _reread(self, index: Expr) -> bool:
+        """Whether a load at `index` reads elements that other rows or programs read too."""
+        row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols
+        return row_invariant or repeats_along_row(index) or self._reads_elements_again(index)
+
+    def _partner_lanes_load(self, buffer: str, index: Expr) -> Var | None:
+        """A contiguous read of a kernel over cells whose inner lanes read neighbouring elements: one
+        [XBLOCK, 2] load for both, split; None for any other read (masked ones included)."""
+        inner = self.unrolled.inner
+        if inner is None or self._masks or inner not in index.free_symbols:
+            return None
+        first = lane_index(index, self.lane | {inner: 0}, self.bounds)
+        if sympy.expand(lane_index(index, self.lane | {inner: 1}, self.bounds) - first) != 1:
+            return None
+        call = f"tl.load({self.pointer(buffer)} + {_pair_offsets(self._index_text(first))}, xmask[:, None], other=0"
+        dtype = self.buffer_dtypes[buffer]
+        reread = self._reread(first)
+        raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", reread))
+        halves = self.emit(f"tl.split({raw})", dtype)
+        value = self.emit(f"{halves}[{self.lane[inner]}]", dtype)
+        if dtype in ("bfloat16", "float16"):
+            return self.emit(f"{value}.to(tl.float32)", "float32")
+        return value
 
     def _load_mask(self, index: Expr) -> str:
         """The mask of a load at `index`. A load of one value per row in a loop over the row
@@ -290,19 +340,53 @@ class KernelWriter(TritonMathOps):
         element from a later section that cannot see the value in registers (the next loop of a
         looped kernel) calls it instead of reading the buffer back."""
         dtype = self.buffer_dtypes[buffer]
+        index = self._in_lane(index)
         offset = self.index(index)
         cast = self.cast(value, dtype)
-        self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {offset}, {cast}, {self.section.mask})"))
+        if not self._partner_lanes_store(buffer, index, cast):
+            self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {offset}, {cast}, {self.section.mask})"))
         key = self._stored_key(buffer, offset)
         self._stored[key] = (self._as_read(buffer, value), len(self.sections) - 1)
         if recompute is not None:
             self._recompute[key] = recompute
 
+    def _partner_lanes_store(self, buffer: str, index: Expr, cast: str) -> bool:
+        """In a kernel over cells, an inner lane 0's store waits for its partner's; lane 1's store
+        then writes both as one [XBLOCK, 2] vector when they are neighbours. True when this store's
+        line is taken care of."""
+        inner = self.unrolled.inner if self.unrolled is not None and self.lane is not None else None
+        if inner is None:
+            return False
+        key = (buffer, tuple(sorted((s.name, v) for s, v in self.lane.items() if s != inner)))
+        if self.lane[inner] == 0:
+            self._lane_partners[key] = (index, cast)
+            return True
+        first, first_cast = self._lane_partners.pop(key)
+        if sympy.expand(index - first) == 1:
+            line = (f"tl.store({self.pointer(buffer)} + {_pair_offsets(self._index_text(first))}, "
+                    f"tl.join({first_cast}, {cast}), xmask[:, None])")
+            self.section.lines.append(StoreLine(buffer, line))
+            return True
+        self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {self._index_text(first)}, "
+                                                    f"{first_cast}, {self.section.mask})"))
+        return False
+
+    def finish_lanes(self) -> None:
+        """Ends the lanes of a kernel over cells: a lane 0 store still waiting (none is expected:
+        every lane stores the same buffers) is written alone."""
+        for buffer, _ in list(self._lane_partners):
+            index, cast = self._lane_partners.pop((buffer, _))
+            self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {self._index_text(index)}, "
+                                                        f"{cast}, {self.section.mask})"))
+        self.lane = None
+
     def _stored_key(self, buffer: str, offset: str) -> str | tuple[str, str]:
         """The group's mapping checked that a read of a buffer the group writes reads, at every
         kernel point, the element written there, even where the two index texts differ (the
         loop mapping's `check_consistent`): such a buffer is one value, whatever the offset text."""
-        return buffer if buffer in self.group_writes else (buffer, offset)
+        if buffer in self.group_writes:
+            return buffer if self.lane is None else (buffer, str(sorted((s.name, v) for s, v in self.lane.items())))
+        return (buffer, offset)
 
     def _as_read(self, buffer: str, value: Var) -> Var:
         """What a read of `buffer` in this kernel sees of `value`, stored there."""
@@ -330,6 +414,7 @@ class KernelWriter(TritonMathOps):
         return var
 
     def index_expr(self, expr: Expr, dtype: str) -> Var:
+        expr = self._in_lane(expr)
         text = self.index(expr)
         if dtype == "int64" and self.index_dtype == "int32":
             return self.narrow_index(text, expr)  # computed in int32, widened where needed
@@ -347,13 +432,48 @@ class KernelWriter(TritonMathOps):
             return narrow
         return self.emit(f"{x}.to({TL_DTYPES[dtype]})", dtype)
 
+    def known_bool(self, value: bool) -> Var:
+        """A condition known to be `value` at every element (a cell's lane fixes its window's cover)."""
+        shape = "[XBLOCK, 1]" if self.section.kind == "r" else self.section.shape
+        var = self.emit(f"tl.full({shape}, {int(value)}, tl.int1)", "bool")
+        self._known_bools[var.name] = value
+        return var
+
+    def logical_and(self, a: Var, b: Var) -> Var:
+        return self._fold_logical(a, b, absorbing=False) or super().logical_and(a, b)
+
+    def logical_or(self, a: Var, b: Var) -> Var:
+        return self._fold_logical(a, b, absorbing=True) or super().logical_or(a, b)
+
+    def _fold_logical(self, a: Var, b: Var, absorbing: bool) -> Var | None:
+        """`a and b` (`absorbing` False) or `a or b` (True) when one side is a known condition: the
+        known side itself if it decides (false for and, true for or), else the other side."""
+        for known, other in ((a, b), (b, a)):
+            if known.name not in self._known_bools:
+                continue
+            if self._known_bools[known.name] == absorbing:
+                return known
+            return other if other.dtype == "bool" else self.emit(f"{other} != 0", "bool")
+        return None
+
     def where(self, condition: Var, a: Var, b: Var) -> Var:
+        if condition.name in self._known_bools and a.dtype == b.dtype:
+            return a if self._known_bools[condition.name] else b
         narrow = self.narrow_where(condition, a, b)
         if narrow is not None:
             return narrow
         return self.emit(f"tl.where({condition}, {a}, {b})", promote(a.dtype, b.dtype))
 
     def masked(self, mask: Var, body: Callable[[], Var], other: Any) -> Var:
+        if mask.name in self._known_bools:
+            if self._known_bools[mask.name]:
+                return body()
+            self._dead += 1  # the body is written for its dtype only: its loads read nothing
+            try:
+                value = body()
+            finally:
+                self._dead -= 1
+            return self.constant(other, value.dtype)
         self._masks.append(mask.name)
         try:
             value = body()

@@ -1,0 +1,155 @@
+"""Pointwise kernels whose neighbouring outputs read the same inputs: a cell of 2 or 2 x 2 outputs
+a point, written out once per lane, the loads the lanes share loaded once.
+
+A pool's backward gives each input position the gradients of the windows that chose it. For a
+3x3 window of stride 2 that is up to 2 windows per dim: each output loads 4 saved indices and 4
+gradients, masked, and computes their positions (`(1 + w) // 2` and the window's cover) in
+integer arithmetic of its own. Yet the outputs at rows 2*i and 2*i + 1 and columns 2*j and 2*j + 1
+read between them just the windows (i..i+1, j..j+1), and an even position is covered by one window
+only. ResNet's max-pool backward over 32 x 64 x 112 x 112 bf16 took 118 us on an H200 that way, an
+instruction-bound kernel at 51 % of a copy of its bytes.
+
+Such a kernel walks cells: the unrolled dims are halved, each point of the kernel is one cell,
+and its lanes are the cell's outputs. Its mapping writes the flat output index as a function of
+xindex and of lane symbols (`LANES`, each 0 or 1), and the kernel writer evaluates the group's
+bodies once per lane with the symbols replaced by their values (compiler/codegen/kernel.py). There
+the index arithmetic folds: `(1 + 2*j + 1) // 2` is `j + 1`, a window's cover `2 < 3` is true,
+and two lanes' loads of one window are the same text, so one load. A lane along the kernel's
+innermost dim has a partner at the next element: its contiguous loads are one [XBLOCK, 2] vector
+split in two and its stores one joined vector, as a 1D kernel's would be.
+
+A group is unrolled when it gathers (some read divides a sum that moves with the output, as
+`(1 + w) // 2`) and the lanes of its best cell share enough of those reads: their distinct
+(buffer, index) pairs over all lanes at most SHARED_READS of the reads the lanes make. A pool's
+backward of stride 2 shares 9 windows among 16 reads a cell (for each buffer read by window);
+its reads at the output's own position (a ReLU's mask, a BatchNorm's input) have no say, nor do
+reads that some lane leaves in place (a broadcast along its dim). A pool's
+forward reads at `2*w - 1 + j`, no gather: it keeps its form (compiler/paired_lanes.py pairs it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import sympy
+
+from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.indexing import XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index
+from compiler.loop_mapping import GroupMapping
+from compiler.tiling import flat_sizes
+
+UNROLLED_LANES = True  # off: such kernels stay 1D, one output a point (A/B runs)
+MIN_CELLS = 1024  # fewer cells leave too few programs to gain from sharing
+SHARED_READS = 0.75  # distinct gathered reads of a cell's lanes over the gathered reads they make, at most
+MAX_UNROLLED_DIMS = 2
+LANES = tuple(sympy.Symbol(f"lane{i}", integer=True, nonnegative=True) for i in range(MAX_UNROLLED_DIMS))
+
+
+@dataclass(frozen=True)
+class Unrolled:
+    """A group's cells: `mapping` walks them (xindex over cells, node indices in terms of the lane
+    symbols too), `lanes` bounds each lane symbol (2), `inner` is the lane along the flat index's
+    innermost dim, if one is (its partner lane sits at the next element)."""
+
+    mapping: GroupMapping
+    lanes: dict[sympy.Symbol, int]
+    inner: sympy.Symbol | None
+
+    def assignments(self) -> list[dict[sympy.Symbol, int]]:
+        """Every lane's symbol values, the inner lane varying fastest (its partner written next)."""
+        symbols = list(self.lanes)
+        return [dict(zip(symbols, values)) for values in itertools.product(*(range(self.lanes[s]) for s in symbols))]
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.lanes.values())
+
+
+def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
+                    internal: set[str]) -> Unrolled | None:
+    """The cells of a pointwise group whose outputs share reads with their neighbours; None to
+    keep its 1D kernel."""
+    if not UNROLLED_LANES or any(n.is_reduction for n in nodes) or mapping.rnumel != 1:
+        return None
+    gathers = {i for i, (_, index) in enumerate(_reads(nodes, mapping, read_writes, internal)) if _divides_a_sum(index)}
+    if not gathers:
+        return None
+    sizes = flat_sizes(nodes)
+    if math.prod(sizes) != mapping.numel:
+        return None
+    even = [d for d, size in enumerate(sizes) if size % 2 == 0 and size > 1]
+    best: tuple[float, int, Unrolled] | None = None
+    for count in range(1, MAX_UNROLLED_DIMS + 1):
+        for dims in itertools.combinations(even, count):
+            cells = mapping.numel >> count
+            if cells < MIN_CELLS:
+                continue
+            unrolled = _cells(mapping, sizes, dims)
+            reads = _reads(nodes, unrolled.mapping, read_writes, internal)
+            shared = _shared_share([read for i, read in enumerate(reads) if i in gathers], unrolled)
+            if shared <= SHARED_READS and (best is None or (shared, count) < best[:2]):
+                best = (shared, count, unrolled)
+    return best[2] if best else None
+
+
+def _reads(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
+           internal: set[str]) -> list[tuple[str, Expr]]:
+    """(buffer, index in kernel terms) of each read from memory of the group's nodes."""
+    found = []
+    for node in nodes:
+        for dep in read_writes[node.name].reads:
+            if isinstance(dep, MemoryDep) and dep.buffer not in internal:
+                found.append((dep.buffer, mapping.nodes[node.name].apply(dep.index, mapping.bounds)))
+    return found
+
+
+def _divides_a_sum(index: Expr) -> bool:
+    """Whether an index divides a sum that moves with the output (`(1 + w) // 2`): a position
+    derived from the output's, which neighbouring outputs may share."""
+    return any(isinstance(piece, (FloorDiv, ModularIndexing)) and isinstance(piece.args[0], sympy.Add)
+               and XINDEX in piece.args[0].free_symbols
+               for piece in sympy.preorder_traversal(index))
+
+
+def _cells(mapping: GroupMapping, sizes: list[int], dims: tuple[int, ...]) -> Unrolled:
+    """The mapping over cells with `dims` (positions in `sizes`, outermost first) halved."""
+    cell_sizes = [size // 2 if d in dims else size for d, size in enumerate(sizes)]
+    lanes = dict(zip(LANES, [2] * len(dims)))
+    lane_of = dict(zip(dims, LANES))
+    flat, stride, cell_stride = sympy.Integer(0), 1, 1
+    for d in reversed(range(len(sizes))):
+        coordinate = ModularIndexing(XINDEX, cell_stride, cell_sizes[d]) if d else FloorDiv(XINDEX, cell_stride)
+        if d in lane_of:
+            coordinate = 2 * coordinate + lane_of[d]
+        flat += stride * coordinate
+        stride *= sizes[d]
+        cell_stride *= cell_sizes[d]
+    cells = math.prod(cell_sizes)
+    inner = lane_of.get(len(sizes) - 1)
+    return Unrolled(mapping.with_xindex(flat, cells, 1, extra_bounds=lanes), lanes, inner)
+
+
+def lane_index(index: Expr, lane: dict[sympy.Symbol, int], bounds: dict[sympy.Symbol, int]) -> Expr:
+    """`index` at one lane of a cell: the lane symbols replaced by their values, simplified."""
+    return simplify_index(index.xreplace({s: sympy.Integer(v) for s, v in lane.items()}), bounds)
+
+
+def _shared_share(reads: list[tuple[str, Expr]], unrolled: Unrolled) -> float:
+    """Distinct (buffer, index) pairs over the reads the cell's lanes make, of the reads that move
+    with every lane: one that some lane leaves in place (a token's statistics in a cell across its
+    channels) is a broadcast along that dim, shared by any walk in cache, and has no say."""
+    bounds = unrolled.mapping.bounds | unrolled.lanes
+    distinct, made = set(), 0
+    for buffer, index in reads:
+        at = {tuple(lane.values()): lane_index(index, lane, bounds) for lane in unrolled.assignments()}
+        if all(_moves_along(at, k) for k in range(len(unrolled.lanes))):
+            distinct |= {(buffer, i) for i in at.values()}
+            made += unrolled.count
+    return len(distinct) / made if made else 1.0
+
+
+def _moves_along(at: dict[tuple[int, ...], Expr], k: int) -> bool:
+    """Whether the read at `at` (index by lane values) changes with lane `k` somewhere."""
+    return any(at[values] != at[values[:k] + (1 - values[k],) + values[k + 1:]] for values in at)

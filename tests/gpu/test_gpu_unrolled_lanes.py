@@ -1,0 +1,67 @@
+"""On a GPU: pointwise kernels over cells of 2 x 2 outputs (compiler/unrolled_lanes.py) run from
+their cubins under every candidate config autotuning tries and match eager: ResNet's 3x3 stride-2
+max-pool backward with eager's int64 indices, NCHW with the ReLU's mask fused (its mask and its
+stores vectors of 2) and channels-last, and an average pool's backward.
+
+Skipped without CUDA (CPU CI); run on the device machine:
+    python -m pytest -q tests/gpu
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from client.cubin import cuda_target
+from client.runtime import load
+from compiler.autotune import candidate_configs
+from compiler.codegen import generate
+from compiler.fx_import import from_fx
+from compiler.lowering import lower
+from compiler.options import CompileOptions
+from compiler.scheduler import schedule
+from tests.compare import assert_within_eager_error
+from tests.gpu.forced_candidates import compiled_with
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def pool_backward_with_mask(grad, x, indices, relu_out):
+    back = torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [3, 3], [2, 2], [1, 1], [1, 1], False, indices)
+    return torch.where(relu_out <= 0, torch.zeros((), dtype=back.dtype, device=back.device), back)
+
+
+def average_pool_backward(grad, x):
+    return torch.ops.aten.avg_pool2d_backward(grad, x, [3, 3], [2, 2], [1, 1], False, True, None)
+
+
+def _inputs(case: str) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 30, 56, device="cuda", dtype=torch.bfloat16)
+    if case == "average":
+        return [torch.randn(4, 8, 15, 28, device="cuda", dtype=torch.bfloat16), x]
+    if case == "channels-last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    out, indices = torch.ops.aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
+    grad = torch.randn_like(out)
+    return [grad, x, indices, torch.randn_like(x)]
+
+
+@pytest.mark.parametrize("case", ["NCHW", "channels-last", "average"])
+def test_every_unrolled_candidate_matches_eager(case):
+    fn = average_pool_backward if case == "average" else pool_backward_with_mask
+    inputs = _inputs(case)
+    graph = from_fx(make_fx(fn)(*inputs), inputs)
+    kernels = generate(schedule(lower(graph), CompileOptions(benchmark_fusion=False)), cuda_target()).kernels
+    (cells,) = [k for k in kernels if k.config.get("unrolled")]
+    configs = candidate_configs(cells)
+    assert len(configs) > 1
+    eager = fn(*inputs)
+    reference = fn(*[t.double() if t.is_floating_point() else t for t in inputs])
+    for config in configs:
+        artifact = compiled_with(graph, config, lambda c: bool(c.get("unrolled")))
+        (built,) = [k for k in artifact.manifest["kernels"] if k["config"].get("unrolled")]
+        assert built["config"] == config
+        (got,) = load(artifact)(*inputs)
+        assert_within_eager_error(got.float(), eager.float(), reference, f"{case} under {config}")
