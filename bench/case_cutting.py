@@ -309,21 +309,45 @@ VIEWS = frozenset({"view", "_unsafe_view", "reshape", "slice", "select", "narrow
 GATHERS = frozenset({"embedding", "index_select", "gather", "index", "_unsafe_index"})  # argument 0 is the table
 
 
+# Tensor arguments whose values an op never reads, only their shape: a pool's backward takes the
+# pool's input for its size, `zeros_like` its argument. (op, argument positions).
+SHAPE_ONLY_ARGUMENTS = {"max_pool2d_with_indices_backward": (1,), "avg_pool2d_backward": (1,),
+                        "_adaptive_avg_pool2d_backward": (1,), "empty_like": (0,), "zeros_like": (0,),
+                        "ones_like": (0,), "full_like": (0,), "rand_like": (0,), "randn_like": (0,),
+                        "new_empty": (0,), "new_zeros": (0,), "new_ones": (0,), "new_full": (0,)}
+
+
 def moved_bytes(graph: Graph, layouts: dict[ValueKey, TensorSpec]) -> int:
     """The fewest bytes the graph must move: each input and constant read once, each output
     written once. An input is read once however often it is used: the elements its strides reach,
     or fewer (a broadcast input is read once, not once per use); a table read only through
     gathers (an embedding's weight) at most once per element gathered; a value read only through
-    views at most the elements its views reach."""
+    views at most the elements its views reach; one whose shape alone is used, not at all."""
     gathered = _gathered_bytes(graph, layouts)
     viewed = _viewed_bytes(graph, layouts)
+    unread = shape_only_inputs(graph)
 
     def read(spec: TensorSpec) -> int:
+        if spec.name in unread:
+            return 0
         whole = _reach(spec)
         return min(whole, gathered.get(spec.name, whole), viewed.get(spec.name, whole))
 
     written = sum(_nbytes(layouts[(r.ref, r.index)]) for r in dict.fromkeys(graph.outputs))
     return sum(read(s) for s in [*graph.inputs, *graph.constants]) + written
+
+
+def shape_only_inputs(graph: Graph) -> set[str]:
+    """Inputs that every use takes for their shape alone (SHAPE_ONLY_ARGUMENTS), never a graph output."""
+    read: set[str] = {r.ref for r in graph.outputs}
+    shaped: set[str] = set()
+    for node in graph.nodes:
+        positions = SHAPE_ONLY_ARGUMENTS.get(node.target.split(".")[1], ())
+        for i, arg in enumerate(node.args):
+            (shaped if i in positions else read).update(r.ref for r in refs_in(arg))
+        for value in node.kwargs.values():
+            read.update(r.ref for r in refs_in(value))
+    return {spec.name for spec in graph.inputs if spec.name in shaped - read}
 
 
 def _reach(spec: TensorSpec) -> int:

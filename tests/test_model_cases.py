@@ -269,6 +269,22 @@ def test_rebuilt_fx_module_compiles_with_torch_compile(case_set):
 # ---------------------------------------------------------------------------------
 
 
+def test_an_input_whose_shape_alone_is_used_moves_no_bytes():
+    """A pool's backward takes the pool's input for its size: the case need not read it. Read by
+    anything else too (here an add), it counts again."""
+    grad = TensorSpec(name="g", dtype="float32", shape=[1, 2, 4, 4])
+    x = TensorSpec(name="x", dtype="float32", shape=[1, 2, 8, 8])
+    indices = TensorSpec(name="i", dtype="int64", shape=[1, 2, 4, 4])
+    backward = Node(name="b", target="aten.max_pool2d_with_indices_backward.default",
+                    args=[Ref(ref="g"), Ref(ref="x"), [2, 2], [2, 2], [0, 0], [1, 1], False, Ref(ref="i")])
+    graph = Graph(version=1, inputs=[grad, x, indices], nodes=[backward], outputs=[Ref(ref="b")])
+    assert moved_bytes(graph, value_layouts(graph)) == 32 * 4 + 32 * 8 + 128 * 4
+    also_read = Graph(version=1, inputs=[grad, x, indices],
+                      nodes=[backward, Node(name="s", target="aten.add.Tensor", args=[Ref(ref="b"), Ref(ref="x")])],
+                      outputs=[Ref(ref="s")])
+    assert moved_bytes(also_read, value_layouts(also_read)) == 32 * 4 + 32 * 8 + 128 * 4 + 128 * 4
+
+
 def test_cut_keeps_views_between_members_and_exposes_what_others_read():
     graph = Graph(version=1, inputs=[TensorSpec(name="x", dtype="float32", shape=[4, 8]),
                                      TensorSpec(name="y", dtype="float32", shape=[8])],
