@@ -31,6 +31,8 @@ def describe(artifact: Artifact) -> str:
             kind = f"{len(config['parts'])} reductions' first passes side by side, one launch"
         elif config.get("lanes"):
             kind = "pointwise in pairs of outputs"
+        elif config.get("unrolled"):
+            kind = f"pointwise in cells of {config['unrolled']} outputs"
         elif config.get("tiled"):
             kind = "2D-tiled pointwise"
         elif kernel["rnumel"] > 1:

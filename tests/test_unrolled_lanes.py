@@ -56,6 +56,13 @@ def test_a_max_pool_backward_over_cells_matches_eager(dtype, shape, lanes):
     assert unrolled(result) == [lanes]
 
 
+def test_explain_names_a_kernel_over_cells():
+    from compiler.explain import describe
+
+    result = check(max_pool_backward(), *pool_backward_inputs((2, 3, 12, 16)))
+    assert "pointwise in cells of 4 outputs over 288," in describe(result.artifact)
+
+
 def test_a_cell_of_2x2_loads_each_of_its_four_windows_once():
     """Even rows and columns are covered by one window, odd ones by two: the cell's lanes read the
     windows (i..i+1, j..j+1), one index and one gradient each; a window a lane's position cannot
