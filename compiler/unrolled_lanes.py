@@ -23,7 +23,9 @@ A group is unrolled when it gathers (some read divides a sum that moves with the
 (buffer, index) pairs over all lanes at most SHARED_READS of the reads the lanes make. A pool's
 backward of stride 2 shares 9 windows among 16 reads a cell (for each buffer read by window);
 its reads at the output's own position (a ReLU's mask, a BatchNorm's input) have no say, nor do
-reads that some lane leaves in place (a broadcast along its dim). A pool's
+reads that stay in place along an unrolled dim (a token's statistics across its channels: a
+broadcast, shared by any walk in cache). A 4x4 window of stride 2 shares all its windows between
+a cell's lanes. A pool's
 forward reads at `2*w - 1 + j`, no gather: it keeps its form (compiler/paired_lanes.py pairs it).
 """
 
@@ -31,11 +33,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from dataclasses import dataclass
 
+import numpy as np
 import sympy
 
 from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.index_points import evaluate
 from compiler.indexing import XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index
 from compiler.loop_mapping import GroupMapping
 from compiler.tiling import flat_sizes
@@ -73,11 +78,10 @@ def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, R
     keep its 1D kernel."""
     if not UNROLLED_LANES or any(n.is_reduction for n in nodes) or mapping.rnumel != 1:
         return None
-    gathers = {i for i, (_, index) in enumerate(_reads(nodes, mapping, read_writes, internal)) if _divides_a_sum(index)}
-    if not gathers:
-        return None
+    base = _reads(nodes, mapping, read_writes, internal)
+    gathers = [i for i, (_, index) in enumerate(base) if _divides_a_sum(index)]
     sizes = flat_sizes(nodes)
-    if math.prod(sizes) != mapping.numel:
+    if not gathers or math.prod(sizes) != mapping.numel:
         return None
     even = [d for d, size in enumerate(sizes) if size % 2 == 0 and size > 1]
     best: tuple[float, int, Unrolled] | None = None
@@ -88,7 +92,8 @@ def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, R
                 continue
             unrolled = _cells(mapping, sizes, dims)
             reads = _reads(nodes, unrolled.mapping, read_writes, internal)
-            shared = _shared_share([read for i, read in enumerate(reads) if i in gathers], unrolled)
+            moving = [i for i in gathers if all(_moves_along_dim(base[i][1], sizes, d) for d in dims)]
+            shared = _shared_share([reads[i] for i in moving], unrolled)
             if shared <= SHARED_READS and (best is None or (shared, count) < best[:2]):
                 best = (shared, count, unrolled)
     return best[2] if best else None
@@ -137,19 +142,29 @@ def lane_index(index: Expr, lane: dict[sympy.Symbol, int], bounds: dict[sympy.Sy
 
 
 def _shared_share(reads: list[tuple[str, Expr]], unrolled: Unrolled) -> float:
-    """Distinct (buffer, index) pairs over the reads the cell's lanes make, of the reads that move
-    with every lane: one that some lane leaves in place (a token's statistics in a cell across its
-    channels) is a broadcast along that dim, shared by any walk in cache, and has no say."""
+    """Distinct (buffer, index) pairs over the reads the cell's lanes make."""
     bounds = unrolled.mapping.bounds | unrolled.lanes
-    distinct, made = set(), 0
-    for buffer, index in reads:
-        at = {tuple(lane.values()): lane_index(index, lane, bounds) for lane in unrolled.assignments()}
-        if all(_moves_along(at, k) for k in range(len(unrolled.lanes))):
-            distinct |= {(buffer, i) for i in at.values()}
-            made += unrolled.count
+    distinct = {(buffer, lane_index(index, lane, bounds)) for buffer, index in reads for lane in unrolled.assignments()}
+    made = len(reads) * unrolled.count
     return len(distinct) / made if made else 1.0
 
 
-def _moves_along(at: dict[tuple[int, ...], Expr], k: int) -> bool:
-    """Whether the read at `at` (index by lane values) changes with lane `k` somewhere."""
-    return any(at[values] != at[values[:k] + (1 - values[k],) + values[k + 1:]] for values in at)
+def _moves_along_dim(index: Expr, sizes: list[int], d: int, samples: int = 16) -> bool:
+    """Whether a read of the 1D kernel (flat output index xindex over `sizes`) reads elsewhere for
+    the next output along dim `d`, at some of `samples` sampled outputs. One that never does (a
+    token's statistics, read alike across its channels) is a broadcast along `d`: any walk shares
+    it, in cache, so it has no say in the cells' choice."""
+    stride = math.prod(sizes[d + 1:])
+    rng = random.Random(0)
+    points = []
+    for _ in range(samples):  # outputs whose coordinate along d has a next one
+        flat = rng.randrange(math.prod(sizes))
+        if (flat // stride) % sizes[d] == sizes[d] - 1:
+            flat -= stride
+        points.append(flat)
+    here, there = (evaluate(index, {XINDEX: np.array(points, dtype=np.int64) + shift}, {XINDEX: math.prod(sizes)})
+                   for shift in (0, stride))
+    if here is None or there is None:  # not evaluable with numpy: one point at a time
+        here = [int(index.xreplace({XINDEX: p})) for p in points]
+        there = [int(index.xreplace({XINDEX: p + stride})) for p in points]
+    return bool(np.any(np.asarray(here) != np.asarray(there)))

@@ -56,6 +56,19 @@ def test_a_max_pool_backward_over_cells_matches_eager(dtype, shape, lanes):
     assert unrolled(result) == [lanes]
 
 
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [(3, 1, 1, 1), (2, 3, 0, 1), (4, 3, 1, 1), (3, 2, 0, 2),
+                                                            (2, 1, 0, 1), (4, 2, 2, 1)], ids=str)
+def test_other_windows_match_eager_whatever_form_they_take(kernel, stride, padding, dilation):
+    """Strides of 1 and 3, dilation, windows of 2 to 4: over cells or not, the gradients are eager's."""
+    def fn(grad, x, indices):
+        return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [kernel] * 2, [stride] * 2, [padding] * 2,
+                                                               [dilation] * 2, False, indices)
+
+    x = torch.randint(0, 4, (2, 3, 14, 16)).to(FLOAT32)  # ties: one element the maximum of several windows
+    out, indices = torch.ops.aten.max_pool2d_with_indices(x, [kernel] * 2, [stride] * 2, [padding] * 2, [dilation] * 2)
+    check(fn, rand(out.shape, seed=4), x, indices)
+
+
 def test_explain_names_a_kernel_over_cells():
     from compiler.explain import describe
 
