@@ -434,8 +434,7 @@ class KernelWriter(TritonMathOps):
 
     def known_bool(self, value: bool) -> Var:
         """A condition known to be `value` at every element (a cell's lane fixes its window's cover)."""
-        shape = "[XBLOCK, 1]" if self.section.kind == "r" else self.section.shape
-        var = self.emit(f"tl.full({shape}, {int(value)}, tl.int1)", "bool")
+        var = self.emit(f"tl.full({self.section.shape}, {int(value)}, tl.int1)", "bool")
         self._known_bools[var.name] = value
         return var
 
@@ -457,7 +456,8 @@ class KernelWriter(TritonMathOps):
         return None
 
     def where(self, condition: Var, a: Var, b: Var) -> Var:
-        if condition.name in self._known_bools and a.dtype == b.dtype:
+        # folded in 1D kernels only, whose values all have the block's shape (a reduction's may be rows)
+        if condition.name in self._known_bools and a.dtype == b.dtype and not self.is_reduction:
             return a if self._known_bools[condition.name] else b
         narrow = self.narrow_where(condition, a, b)
         if narrow is not None:
@@ -465,7 +465,7 @@ class KernelWriter(TritonMathOps):
         return self.emit(f"tl.where({condition}, {a}, {b})", promote(a.dtype, b.dtype))
 
     def masked(self, mask: Var, body: Callable[[], Var], other: Any) -> Var:
-        if mask.name in self._known_bools:
+        if mask.name in self._known_bools and not self.is_reduction:  # 1D kernels only, as `where`
             if self._known_bools[mask.name]:
                 return body()
             self._dead += 1  # the body is written for its dtype only: its loads read nothing
