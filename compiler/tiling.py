@@ -61,12 +61,12 @@ def retile(mapping: GroupMapping, outer: int, inner: int) -> GroupMapping:
 
 
 def mapped_accesses(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
-                    internal: set[str]) -> Iterator[tuple[MemoryDep, Any]]:
+                    internal: set[str], writes: bool = True) -> Iterator[tuple[MemoryDep, Any]]:
     """Each access to memory of the group's nodes (buffers kept in registers left out), with its
-    index in the group's kernel variables."""
+    index in the group's kernel variables; without `writes`, the reads only."""
     for node in nodes:
         rw = read_writes[node.name]
-        for dep in rw.reads | rw.writes:
+        for dep in (rw.reads | rw.writes if writes else rw.reads):
             if isinstance(dep, MemoryDep) and dep.buffer not in internal:
                 yield dep, mapping.nodes[node.name].apply(dep.index, mapping.bounds)
 

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from compiler.dependencies import MemoryDep, ReadWrites
+from compiler.dependencies import ReadWrites
 from compiler.index_points import evaluate
 from compiler.indexing import XINDEX, Expr, FloorDiv, ModularIndexing, simplify_index
 from compiler.loop_mapping import GroupMapping
-from compiler.tiling import flat_sizes
+from compiler.tiling import flat_sizes, mapped_accesses
 
 UNROLLED_LANES = True  # off: such kernels stay 1D, one output a point (A/B runs)
 MIN_CELLS = 1024  # fewer cells leave too few programs to gain from sharing
@@ -84,6 +84,7 @@ def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, R
     if not gathers or math.prod(sizes) != mapping.numel:
         return None
     even = [d for d, size in enumerate(sizes) if size % 2 == 0 and size > 1]
+    moving = {d: {i for i in gathers if _moves_along_dim(base[i][1], sizes, d)} for d in even}
     best: tuple[float, int, Unrolled] | None = None
     for count in range(1, MAX_UNROLLED_DIMS + 1):
         for dims in itertools.combinations(even, count):
@@ -92,8 +93,7 @@ def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, R
                 continue
             unrolled = _cells(mapping, sizes, dims)
             reads = _reads(nodes, unrolled.mapping, read_writes, internal)
-            moving = [i for i in gathers if all(_moves_along_dim(base[i][1], sizes, d) for d in dims)]
-            shared = _shared_share([reads[i] for i in moving], unrolled)
+            shared = _shared_share([reads[i] for i in gathers if all(i in moving[d] for d in dims)], unrolled)
             if shared <= SHARED_READS and (best is None or (shared, count) < best[:2]):
                 best = (shared, count, unrolled)
     return best[2] if best else None
@@ -101,13 +101,9 @@ def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, R
 
 def _reads(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites],
            internal: set[str]) -> list[tuple[str, Expr]]:
-    """(buffer, index in kernel terms) of each read from memory of the group's nodes."""
-    found = []
-    for node in nodes:
-        for dep in read_writes[node.name].reads:
-            if isinstance(dep, MemoryDep) and dep.buffer not in internal:
-                found.append((dep.buffer, mapping.nodes[node.name].apply(dep.index, mapping.bounds)))
-    return found
+    """(buffer, index in kernel terms) of each read from memory of the group's nodes, in the same
+    order for every mapping of the group."""
+    return [(dep.buffer, index) for dep, index in mapped_accesses(nodes, mapping, read_writes, internal, writes=False)]
 
 
 def _divides_a_sum(index: Expr) -> bool:

@@ -196,7 +196,7 @@ class KernelWriter(TritonMathOps):
 
     def index(self, expr: Expr) -> str:
         """Triton text for an index expression; x-only div/mod terms become named variables."""
-        return self._index_text(simplify_index(self._in_lane(expr), self.bounds))
+        return self._index_text(simplify_index(expr, self.bounds))
 
     def _in_lane(self, expr: Expr) -> Expr:
         """`expr` at the lane being written (a kernel over cells); `expr` itself elsewhere."""
@@ -344,7 +344,7 @@ class KernelWriter(TritonMathOps):
         offset = self.index(index)
         cast = self.cast(value, dtype)
         if not self._partner_lanes_store(buffer, index, cast):
-            self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {offset}, {cast}, {self.section.mask})"))
+            self._store_line(buffer, offset, cast)
         key = self._stored_key(buffer, offset)
         self._stored[key] = (self._as_read(buffer, value), len(self.sections) - 1)
         if recompute is not None:
@@ -357,7 +357,7 @@ class KernelWriter(TritonMathOps):
         inner = self.unrolled.inner if self.unrolled is not None and self.lane is not None else None
         if inner is None:
             return False
-        key = (buffer, tuple(sorted((s.name, v) for s, v in self.lane.items() if s != inner)))
+        key = (buffer, self._lane_key(without=inner))
         if self.lane[inner] == 0:
             self._lane_partners[key] = (index, cast)
             return True
@@ -367,25 +367,30 @@ class KernelWriter(TritonMathOps):
                     f"tl.join({first_cast}, {cast}), xmask[:, None])")
             self.section.lines.append(StoreLine(buffer, line))
             return True
-        self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {self._index_text(first)}, "
-                                                    f"{first_cast}, {self.section.mask})"))
+        self._store_line(buffer, self._index_text(first), first_cast)
         return False
 
     def finish_lanes(self) -> None:
         """Ends the lanes of a kernel over cells: a lane 0 store still waiting (none is expected:
         every lane stores the same buffers) is written alone."""
-        for buffer, _ in list(self._lane_partners):
-            index, cast = self._lane_partners.pop((buffer, _))
-            self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {self._index_text(index)}, "
-                                                        f"{cast}, {self.section.mask})"))
+        for (buffer, _), (index, cast) in self._lane_partners.items():
+            self._store_line(buffer, self._index_text(index), cast)
+        self._lane_partners.clear()
         self.lane = None
 
-    def _stored_key(self, buffer: str, offset: str) -> str | tuple[str, str]:
+    def _store_line(self, buffer: str, offset: str, value: str) -> None:
+        self.section.lines.append(StoreLine(buffer, f"tl.store({self.pointer(buffer)} + {offset}, {value}, {self.section.mask})"))
+
+    def _lane_key(self, without: sympy.Symbol | None = None) -> tuple[tuple[str, int], ...]:
+        """The lane being written (but for its `without` symbol), as a hashable key."""
+        return tuple(sorted((s.name, v) for s, v in self.lane.items() if s != without))
+
+    def _stored_key(self, buffer: str, offset: str) -> str | tuple[str, Any]:
         """The group's mapping checked that a read of a buffer the group writes reads, at every
         kernel point, the element written there, even where the two index texts differ (the
         loop mapping's `check_consistent`): such a buffer is one value, whatever the offset text."""
         if buffer in self.group_writes:
-            return buffer if self.lane is None else (buffer, str(sorted((s.name, v) for s, v in self.lane.items())))
+            return buffer if self.lane is None else (buffer, self._lane_key())
         return (buffer, offset)
 
     def _as_read(self, buffer: str, value: Var) -> Var:
