@@ -45,6 +45,7 @@ from torch.utils import _pytree as pytree
 
 from client import default_cache_dir
 from client.linear_groups import group_linears
+from client.local_ops import SplitFunction, local_nodes, split_at_local_ops
 from client.channels_last import MODES as CHANNELS_LAST_MODES, use_channels_last
 from client.cubin import cuda_target
 from client.partition import PARTITIONERS, aot_options
@@ -160,7 +161,8 @@ _SHARED: dict[str, "Backend"] = {}
 class Backend:
     """Callable as a dynamo backend. `stats` counts what happened (graphs, local_hits, remote_hits,
     compiles, recompiles, fallbacks, grouped_linears, channels_last_convs; in CUDA-graph mode
-    cuda_graphs_captured, cuda_graph_replays, cuda_graph_plain_runs and cuda_graph_fallbacks);
+    cuda_graphs_captured, cuda_graph_replays, cuda_graph_plain_runs and cuda_graph_fallbacks;
+    local_ops: ops run in this process between compiled parts, client/local_ops.py);
     `seconds` sums the time spent per phase (convert: fx to wire graph; artifact: local cache or
     service; load: runtime.load; first_run: first run of each variant). `uncaptured` maps a graph
     that CUDA-graph mode runs plainly to the reason."""
@@ -206,7 +208,12 @@ class Backend:
         """aot_autograd's forward and inference compiler (and, with `backward`, its backward compiler): a
         boxed callable returning what `gm` returns."""
         self.stats["graphs"] += 1
-        function = GraphFunction(self, gm, _graph_name(self.stats["graphs"]), backward)
+        name = _graph_name(self.stats["graphs"])
+        split = split_at_local_ops(gm)
+        if split is not None:  # ops the wire cannot carry run here, between compiled parts
+            self.stats["local_ops"] += len(local_nodes(gm))
+            return SplitFunction(self, split, name, backward)
+        function = GraphFunction(self, gm, name, backward)
         if function.static and function.has_work:
             function.prepare(example_inputs)  # compiled now, at torch.compile time
         return function

@@ -10,6 +10,9 @@ Not decisive (`uncertain`):
 - a reduction with a part that loads a window of one buffer (a pooling backward, a stencil):
   the window's loads repeat in the reduction's access order (compiler/window_fusion.py, which
   keeps such a part apart when it is not timed);
+- a column reduction (its loads contiguous along its outputs, a bias gradient) with pointwise work
+  whose results are stored: the fused kernel writes them in the reduction's order, where alone they
+  stream in memory order and the reduction re-reads one of them;
 - recomputing instead of storing (compiler/inline_gathers.py): a result read only through
   gathers is recomputed at each gathered element, which saves writing and re-reading it but
   repeats its work (and its reads) once per gather. Here the whole program is scheduled both
@@ -41,6 +44,7 @@ from compiler.inline_gathers import GATHERED_TRIAL
 from compiler.ir import Program
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, Schedule, internal_buffers
+from compiler.split_reductions import is_outer
 from compiler.window_fusion import window_in_reduction
 
 # What one more launch costs a step beyond its kernel's GPU time: about the runtime's host time per
@@ -62,6 +66,10 @@ LOOPED_TRIALS = ({"num_warps": 16}, {"num_warps": 32})
 # trial before, never did).
 MIXED_TRIALS = ({"XBLOCK": 2, "num_warps": 4}, {"XBLOCK": 1, "num_warps": 4}, {"XBLOCK": 8, "num_warps": 4})
 FUSION_SHARE = 0.5  # of autotune_budget_s
+# ...asked where each column is reduced whole over this many rows or more (not in chunks: a split's
+# first pass stores tiles of few rows, as a pointwise kernel would)
+WHOLE_COLUMN_ROWS = 2048
+COLUMN_STORES_TIMED = True  # stores_pointwise_in_column_order is a question (off: the score decides; A/B runs)
 
 
 def with_launches(kernel_ms: list[float]) -> float:
@@ -69,8 +77,10 @@ def with_launches(kernel_ms: list[float]) -> float:
     return sum(kernel_ms) + LAUNCH_COST_MS * len(kernel_ms)
 
 
-def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_writes: dict[str, ReadWrites]) -> str | None:
-    """Why the score alone should not decide this fusion, or None when it may."""
+def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_writes: dict[str, ReadWrites],
+              program: Program | None = None) -> str | None:
+    """Why the score alone should not decide this fusion, or None when it may. `program`: where
+    buffers are seen from outside the fused group (without it, that question is not asked)."""
     def writes(group):
         return set().union(*(read_writes[n].write_buffers() for n in group.node_names))
 
@@ -86,7 +96,26 @@ def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_
         return "looped reduction fused with work over the whole row"
     if window_in_reduction(first.nodes, second.nodes, fused.is_reduction, read_writes):
         return "reduction fused with a window's loads (pooling, a stencil): compiler/window_fusion.py"
+    if COLUMN_STORES_TIMED and program is not None and stores_pointwise_in_column_order(first, second, fused, read_writes, program):
+        return "column reduction fused with pointwise work whose results are stored"
     return None
+
+
+def stores_pointwise_in_column_order(first: KernelGroup, second: KernelGroup, fused: KernelGroup,
+                                     read_writes: dict[str, ReadWrites], program: Program) -> bool:
+    """A reduction along long columns (its loads contiguous along the outputs) takes pointwise work whose
+    results other kernels or the caller read: the fused kernel stores them in the column reduction's
+    order, a tile of rows at a time, where a pointwise kernel alone streams them in memory order and
+    the reduction re-reads one of them. ALBERT's vocabulary-wide cross-entropy backward with its
+    decoder bias's gradient (4096 x 30000 bf16, H200, 2026-11-28): fused 539 us autotuned; Inductor's
+    pointwise kernel + column sum 373 us."""
+    if not fused.is_reduction or fused.rnumel < WHOLE_COLUMN_ROWS \
+            or not any(n.is_reduction and is_outer(n) for n in fused.nodes):
+        return False
+    internal = internal_buffers(fused.node_names, read_writes, program)
+    return any(not part.is_reduction and any(fused.mapping.uses_rindex(n) for n in part.nodes)
+               and set().union(*(read_writes[n].write_buffers() for n in part.node_names)) - internal
+               for part in (first, second))
 
 
 class FusionBenchmarker:
@@ -107,7 +136,7 @@ class FusionBenchmarker:
 
     def __call__(self, first: Any, second: Any, fused: KernelGroup, read_writes: dict[str, ReadWrites],
                  program: Program) -> tuple[bool, dict] | None:
-        why = uncertain(first, second, fused, read_writes)
+        why = uncertain(first, second, fused, read_writes, program)
         if why is None or self.spent_s > self.budget_s:
             return None
         started = time.perf_counter()

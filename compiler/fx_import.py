@@ -20,7 +20,7 @@ import torch.fx
 
 from compiler.graph import (
     DTYPES, NON_FINITE, ConstantSpec, DeviceArg, DtypeArg, FloatArg, Graph, GraphValidationError, LayoutArg,
-    MemoryFormatArg, Node, Ref, TensorSpec, validate_graph,
+    MemoryFormatArg, Node, Ref, TensorSpec, is_wire_op, validate_graph,
 )
 from compiler.options import Limits
 
@@ -82,6 +82,16 @@ def from_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) ->
     except GraphValidationError as exc:
         raise ConversionError(f"the captured graph breaks a wire-format rule: {exc}") from None
     return graph
+
+
+def travels(fx_node: torch.fx.Node) -> bool:
+    """Whether from_fx can put this call_function node on the wire: an ATen or prims op the schema
+    table knows, an op spelled out in those, or an item of a tuple result. Others (custom ops
+    registered by the user's libraries, Python callables) can only run in the caller's process."""
+    target = fx_node.target
+    if target is operator.getitem or str(target) in _SPELLED_OUT:
+        return True
+    return isinstance(target, torch._ops.OpOverload) and is_wire_op(str(target))
 
 
 def _fma(fx_node: torch.fx.Node, refs: dict, constants: "_Constants") -> list[Node]:

@@ -410,6 +410,11 @@ def _check_constants(constants: list[ConstantSpec], scope: "_Scope", limits: Lim
         scope.outputs_of[spec.name] = 1
 
 
+def is_wire_op(target: str) -> bool:
+    """Whether a node may name this op: an ATen or prims op whose schema the table knows."""
+    return _TARGET_OP_PATTERN.fullmatch(target) is not None and lookup_schema(target) is not None
+
+
 def _check_target(node: Node, where: str) -> OpSchema:
     if not _TARGET_OP_PATTERN.fullmatch(node.target):
         raise GraphValidationError(f"{where}.target", f"'{node.target}' is not an op name like 'aten.add.Tensor' (namespace aten or prims, op, overload)")

@@ -226,6 +226,34 @@ def test_a_reduction_over_a_pooling_backward_is_timed_and_stays_apart_when_slowe
     assert not any(d["why_benchmarked"].startswith("reduction fused") for d in plain.fusion_log["benchmarked"])
 
 
+def test_a_long_column_sum_over_stored_pointwise_results_is_timed_and_split_when_slower(monkeypatch):
+    import torch
+
+    import compiler.split_reductions as split_reductions
+
+    monkeypatch.setattr(split_reductions, "FULL_PROGRAMS", 1)  # 40 columns reduced whole, as a vocabulary's are
+
+    def fn(logits, grad):  # a bias gradient beside the logits' gradient, which is stored (ALBERT's decoder)
+        dlogits = (logits.float().exp() * grad.float()).to(torch.bfloat16)
+        return dlogits, dlogits.sum(0)
+
+    inputs = [torch.randn(2048, 40, dtype=torch.bfloat16), torch.randn(2048, 40, dtype=torch.bfloat16)]
+    question = "column reduction fused with pointwise work whose results are stored"
+    scheduled = _bench_schedule(fn, inputs, fused_ms=3.0, parts_ms=1.0)
+    decision = next(d for d in scheduled.fusion_log["benchmarked"] if d["why_benchmarked"] == question)
+    assert decision["fused"] is False
+    kernels = [s for s in scheduled.steps if isinstance(s, KernelGroup)]
+    assert len(kernels) == 2 and not kernels[0].is_reduction and kernels[1].is_reduction
+    kept = _bench_schedule(fn, inputs, fused_ms=1.0, parts_ms=1.0)
+    assert len([s for s in kept.steps if isinstance(s, KernelGroup)]) == 1
+    # not asked: results that are not stored, short columns, or a row (not column) sum
+    for other, shape in ((lambda a, g: (a.float().exp() * g.float()).sum(0), (2048, 40)),
+                         (fn, (512, 40)), (lambda a, g: (lambda d: (d, d.sum(1)))(a * g), (40, 2048))):
+        args = [torch.randn(*shape, dtype=torch.bfloat16) for _ in range(2)]
+        log = _bench_schedule(other, args, fused_ms=3.0, parts_ms=1.0).fusion_log["benchmarked"]
+        assert not any(d["why_benchmarked"] == question for d in log), shape
+
+
 def test_benchmarking_keeps_a_fusion_that_is_faster_and_records_both_timings():
     import torch
 

@@ -24,7 +24,7 @@ import pytest
 from accuracy import StepResults, accuracy_failures, step_results
 from client.backend import FusewireWarning
 from svc_helpers import ROOT
-from zoo import HELD_OUT, ZOO, build, make_batch
+from zoo import HELD_OUT, ZOO, build, float64_reference, make_batch
 from zoo_step import compiled_step
 
 MODELS = list(ZOO)
@@ -33,11 +33,15 @@ MODELS = list(ZOO)
 # Falcon, DeBERTa-v2, LeViT, ConvMixer, PoolFormer, MLP-Mixer, RegNetY, Mamba, BART, MPT, GPT-BigCode,
 # BEiT, CaiT, XCiT, Swin-v2, ConvNeXt-V2, MobileViT; and a third (zoo.HELD_OUT_3): NF-ResNet, HRNet,
 # ReXNet, EdgeNeXt, PVT-v2, ResNeSt; and a fourth (zoo.HELD_OUT_4): Gemma-2, Nemotron, OLMo, VOLO, GhostNet,
-# TResNet, MaxViT, Inception-v3, CoaT
+# TResNet, MaxViT, Inception-v3, CoaT; and a fifth (zoo.HELD_OUT_5): Mixtral, Cohere, Persimmon, ALBERT,
+# EVA-02, SK-ResNet, Res2Net, FocalNet, CSPDarknet
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight
 PROJECTS_ONE_INPUT_SEVERAL_TIMES = ("llama", "bert", "t5")
+# transformers' mixture of experts calls its custom op `grouped_mm_fallback` under torch.compile in
+# float32 (client/local_ops.py)
+CALLS_CUSTOM_OPS = ("mixtral",)
 # convolutional models: on a GPU their half-precision convolutions run on channels-last tensors
 # (client/channels_last.py, "auto"); CI's CPU runs the same rewrite with channels_last="on"
 CONVOLUTIONAL = ("resnet", "efficientnet", "convnext", "mobilenetv3", "densenet", "convmixer", "poolformer")
@@ -52,7 +56,7 @@ def trained(api_server, tmp_path_factory):
     def train(name: str) -> tuple:
         if name not in results:
             model, batch = build(name, "tiny"), make_batch(name, "tiny")
-            reference = step_results(copy.deepcopy(model).double(), name, batch)
+            reference = step_results(float64_reference(model), name, batch)
             eager = step_results(copy.deepcopy(model), name, batch)
             with warnings.catch_warnings():
                 warnings.simplefilter("error", FusewireWarning)
@@ -73,6 +77,8 @@ def test_training_step_compiles_without_fallback_and_passes_the_accuracy_rule(tr
     assert not failures, "\n".join(failures)
     if name in PROJECTS_ONE_INPUT_SEVERAL_TIMES:  # their q/k/v (and gate/up) ran as one GEMM each
         assert stats.get("grouped_linears", 0) > 0, stats
+    if name in CALLS_CUSTOM_OPS:  # those ran in the test's process, between compiled parts
+        assert stats.get("local_ops", 0) > 0, stats
 
 
 @pytest.mark.parametrize("name", CONVOLUTIONAL)

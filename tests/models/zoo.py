@@ -12,6 +12,8 @@ ResNet's BatchNorm runs in train mode (running statistics are updated in place).
 
 from __future__ import annotations
 
+import copy
+
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -432,6 +434,68 @@ def _volo(size: str) -> nn.Module:
                 num_classes=CLASSES[size])
 
 
+def _mixtral(size: str) -> nn.Module:
+    """Mixtral: a sparse mixture of experts (a softmax router, the top 2 of 4 experts a token, the
+    experts' outputs weighted and added back), grouped-query attention, RMSNorm."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=2048, num_attention_heads=16)
+    return MixtralForCausalLM(MixtralConfig(vocab_size=HELD_OUT_5["mixtral"].vocab[size], num_hidden_layers=2,
+                                            num_key_value_heads=dims["num_attention_heads"] // 4, num_local_experts=4,
+                                            num_experts_per_tok=2, router_aux_loss_coef=0.01,
+                                            output_router_logits=True, bos_token_id=0, eos_token_id=0,
+                                            pad_token_id=0, **dims))
+
+
+def _cohere(size: str) -> nn.Module:
+    """Cohere (Command-R): LayerNorm without bias, attention and MLP in parallel off one norm,
+    rotary on interleaved pairs, logits scaled by a constant, tied embeddings."""
+    from transformers import CohereConfig, CohereForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=2816, num_attention_heads=16)
+    return CohereForCausalLM(CohereConfig(vocab_size=HELD_OUT_5["cohere"].vocab[size], num_hidden_layers=2,
+                                          num_key_value_heads=dims["num_attention_heads"] // 2, logit_scale=0.0625,
+                                          bos_token_id=0, eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _persimmon(size: str) -> nn.Module:
+    """Persimmon: LayerNorms over each head's queries and keys, squared-ReLU MLP, rotary on half
+    of each head, one fused q/k/v projection, dropout."""
+    from transformers import PersimmonConfig, PersimmonForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=4096, num_attention_heads=16)
+    rope = {"rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.5}
+    return PersimmonForCausalLM(PersimmonConfig(vocab_size=HELD_OUT_5["persimmon"].vocab[size], num_hidden_layers=2,
+                                                qk_layernorm=True, hidden_dropout=0.1, attention_dropout=0.1,
+                                                rope_parameters=rope, bos_token_id=0, eos_token_id=0,
+                                                pad_token_id=0, **dims))
+
+
+def _albert(size: str) -> nn.Module:
+    """ALBERT: factorized embeddings (a narrow embedding projected up), one layer's weights shared by
+    every layer (their gradients add), GELU-new, dropout."""
+    from transformers import AlbertConfig, AlbertForMaskedLM
+
+    dims = dict(embedding_size=16, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                max_position_embeddings=64) if size == "tiny" else \
+        dict(embedding_size=128, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+             max_position_embeddings=512)
+    return AlbertForMaskedLM(AlbertConfig(vocab_size=HELD_OUT_5["albert"].vocab[size], num_hidden_layers=3,
+                                          hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                                          pad_token_id=0, **dims))
+
+
+def _focalnet(size: str) -> nn.Module:
+    """FocalNet-T (SRF): focal modulation, gated depthwise contexts at two levels summed into a
+    modulator, LayerNorm over channels-first images; its tiny size one block per stage, narrower."""
+    import timm
+    from timm.models.focalnet import FocalNet
+
+    if size == "bench":
+        return timm.create_model("focalnet_tiny_srf", num_classes=CLASSES[size])
+    return FocalNet(depths=(1, 1, 1, 1), embed_dim=32, num_classes=CLASSES[size])
+
+
 def _timm_model(variant: str, tiny: dict[str, Any]) -> Callable[[str], nn.Module]:
     """A builder of timm's `variant`, its tiny size changed by the keyword arguments `tiny`."""
     def build(size: str) -> nn.Module:
@@ -540,6 +604,27 @@ HELD_OUT_4: dict[str, Spec] = {
 }
 HELD_OUT.update(HELD_OUT_4)
 
+# A fifth group (2026-11-28), added before any of its kernels were timed: a sparse mixture of
+# experts with a top-2 router (Mixtral), bias-free LayerNorm and scaled logits (Cohere), LayerNorms
+# over each head's queries and keys (Persimmon), factorized embeddings and one layer's weights used
+# by every layer (ALBERT), rotary positions in a vision transformer with a SwiGLU MLP (EVA-02),
+# selective kernels: a softmax over two convolution branches (SK-ResNet), hierarchical channel
+# splits (Res2Net), focal modulation: gated depthwise context (FocalNet), Mish and cross-stage
+# partial concatenations (CSPDarknet).
+HELD_OUT_5: dict[str, Spec] = {
+    "mixtral": Spec(_mixtral, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 32000}),
+    "cohere": Spec(_cohere, "causal_lm", {"tiny": (2, 8), "bench": (2, 1024)}, {"tiny": 64, "bench": 256000}),
+    "persimmon": Spec(_persimmon, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 262144}),
+    "albert": Spec(_albert, "masked_lm", {"tiny": (2, 8), "bench": (8, 512)}, {"tiny": 64, "bench": 30000}),
+    "eva02": Spec(_timm_model("eva02_tiny_patch14_224", dict(img_size=56)), "image", IMAGE_64 | {"tiny": (2, 3, 56, 56)},
+                  CLASSES),
+    "skresnet": Spec(_timm_model("skresnet18", {}), "image", IMAGE_64, CLASSES),
+    "res2net": Spec(_timm_model("res2net50_14w_8s", dict(layers=(1, 1, 1, 1))), "image", IMAGE_64, CLASSES),
+    "focalnet": Spec(_focalnet, "image", IMAGE_64, CLASSES),
+    "cspdarknet": Spec(_timm_model("cspdarknet53", {}), "image", IMAGE_64, CLASSES),
+}
+HELD_OUT.update(HELD_OUT_5)
+
 
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
@@ -555,6 +640,17 @@ def build(name: str, size: str = "tiny", seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     model = spec(name).build(size)
     return model.train()
+
+
+def float64_reference(model: nn.Module) -> nn.Module:
+    """A float64 copy of `model` for the accuracy rule's reference. Mixture-of-experts layers run
+    their experts one by one there ("eager"): `torch._grouped_mm`, transformers' default, has no
+    float64 kernel; both compute the same sums."""
+    reference = copy.deepcopy(model).double()
+    config = getattr(reference, "config", None)
+    if getattr(config, "_experts_implementation", None) == "grouped_mm":
+        config._experts_implementation = "eager"
+    return reference
 
 
 def make_batch(name: str, size: str = "tiny", seed: int = 0) -> dict[str, torch.Tensor]:
