@@ -28,8 +28,17 @@ if TYPE_CHECKING:
 
 
 def local_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    """The call_function nodes that cannot go on the wire."""
-    return [node for node in gm.graph.nodes if node.op == "call_function" and not travels(node)]
+    """The op calls that cannot go on the wire and make tensors. Shape arithmetic (`sym_size`,
+    `operator.mul` of sizes in a dynamic-shape graph) is not one: such a graph is specialised to
+    concrete sizes before it is compiled (client/backend.py), which removes it."""
+    return [node for node in gm.graph.nodes if node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload) and not travels(node) and _makes_tensors(node)]
+
+
+def _makes_tensors(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return bool(values) and all(isinstance(v, torch.Tensor) for v in values)
 
 
 def split_at_local_ops(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None:

@@ -49,6 +49,13 @@ UNROLLED_LANES = True  # off: such kernels stay 1D, one output a point (A/B runs
 MIN_CELLS = 1024  # fewer cells leave too few programs to gain from sharing
 SHARED_READS = 0.75  # distinct gathered reads of a cell's lanes over the gathered reads they make, at most
 MAX_UNROLLED_DIMS = 2
+PIECE_LANES = True  # off: the piece rule (_piece_cells) is not tried (A/B runs)
+MAX_PIECES = 4  # a dim this short may be walked whole, one lane a position, when its pieces' masks fold
+LIVE_READS = 0.6  # loads left live over a cell's lanes, over the lanes times the 1D kernel's loads, at most
+# ...and the 1D kernel makes at least this many loads an output per piece: pieces that are copies (VOLO's
+# and SK-ResNet's stacks, one load a piece) keep the 1D kernel's contiguous stores, which were 6-12 %
+# faster on an H200; EVA-02's q/k/v gradient stack, 11 loads for 3 pieces, went 19.2 -> 11.1 us over lanes
+MIN_PIECE_LOADS = 2
 LANES = tuple(sympy.Symbol(f"lane{i}", integer=True, nonnegative=True) for i in range(MAX_UNROLLED_DIMS))
 
 
@@ -78,10 +85,19 @@ def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, R
     keep its 1D kernel."""
     if not UNROLLED_LANES or any(n.is_reduction for n in nodes) or mapping.rnumel != 1:
         return None
+    sizes = flat_sizes(nodes)
+    if math.prod(sizes) != mapping.numel:
+        return None
+    return _gather_cells(nodes, mapping, read_writes, internal, sizes) or \
+        (_piece_cells(nodes, mapping, internal, sizes) if PIECE_LANES else None)
+
+
+def _gather_cells(nodes: list, mapping: GroupMapping, read_writes: dict[str, ReadWrites], internal: set[str],
+                  sizes: list[int]) -> Unrolled | None:
+    """Cells of 2 or 2 x 2 outputs whose lanes share the windows they gather (a pool's backward)."""
     base = _reads(nodes, mapping, read_writes, internal)
     gathers = [i for i, (_, index) in enumerate(base) if _divides_a_sum(index)]
-    sizes = flat_sizes(nodes)
-    if not gathers or math.prod(sizes) != mapping.numel:
+    if not gathers:
         return None
     even = [d for d, size in enumerate(sizes) if size % 2 == 0 and size > 1]
     moving = {d: {i for i in gathers if _moves_along_dim(base[i][1], sizes, d)} for d in even}
@@ -91,7 +107,7 @@ def choose_unrolled(nodes: list, mapping: GroupMapping, read_writes: dict[str, R
             cells = mapping.numel >> count
             if cells < MIN_CELLS:
                 continue
-            unrolled = _cells(mapping, sizes, dims)
+            unrolled = _cells(mapping, sizes, {d: 2 for d in dims})
             reads = _reads(nodes, unrolled.mapping, read_writes, internal)
             shared = _shared_share([reads[i] for i in gathers if all(i in moving[d] for d in dims)], unrolled)
             if shared <= SHARED_READS and (best is None or (shared, count) < best[:2]):
@@ -114,21 +130,23 @@ def _divides_a_sum(index: Expr) -> bool:
                for piece in sympy.preorder_traversal(index))
 
 
-def _cells(mapping: GroupMapping, sizes: list[int], dims: tuple[int, ...]) -> Unrolled:
-    """The mapping over cells with `dims` (positions in `sizes`, outermost first) halved."""
-    cell_sizes = [size // 2 if d in dims else size for d, size in enumerate(sizes)]
-    lanes = dict(zip(LANES, [2] * len(dims)))
+def _cells(mapping: GroupMapping, sizes: list[int], counts: dict[int, int]) -> Unrolled:
+    """The mapping over cells of `counts[d]` lanes along each dim d (a position in `sizes`,
+    outermost first): that dim divided by its count."""
+    dims = sorted(counts)
+    cell_sizes = [size // counts[d] if d in counts else size for d, size in enumerate(sizes)]
+    lanes = {LANES[i]: counts[d] for i, d in enumerate(dims)}
     lane_of = dict(zip(dims, LANES))
     flat, stride, cell_stride = sympy.Integer(0), 1, 1
     for d in reversed(range(len(sizes))):
         coordinate = ModularIndexing(XINDEX, cell_stride, cell_sizes[d]) if d else FloorDiv(XINDEX, cell_stride)
         if d in lane_of:
-            coordinate = 2 * coordinate + lane_of[d]
+            coordinate = counts[d] * coordinate + lane_of[d]
         flat += stride * coordinate
         stride *= sizes[d]
         cell_stride *= cell_sizes[d]
     cells = math.prod(cell_sizes)
-    inner = lane_of.get(len(sizes) - 1)
+    inner = lane_of.get(len(sizes) - 1) if counts.get(len(sizes) - 1) == 2 else None
     return Unrolled(mapping.with_xindex(flat, cells, 1, extra_bounds=lanes), lanes, inner)
 
 
@@ -164,3 +182,92 @@ def _moves_along_dim(index: Expr, sizes: list[int], d: int, samples: int = 16) -
         here = [int(index.xreplace({XINDEX: p})) for p in points]
         there = [int(index.xreplace({XINDEX: p + stride})) for p in points]
     return bool(np.any(np.asarray(here) != np.asarray(there)))
+
+
+def _piece_cells(nodes: list, mapping: GroupMapping, internal: set[str], sizes: list[int]) -> Unrolled | None:
+    """A short dim walked whole, one lane a position, where each lane reads only some of the
+    pieces a concatenation or stack joins along it: the pieces' masks compare that dim's index
+    with constants, known at each lane, so a lane loads its own piece alone (EVA-02's stack of
+    q, k and v gradients, each its own rotary backward). The 1D kernel evaluates every piece's
+    masked loads at every output. Taken when the loads left live over all lanes are at most
+    LIVE_READS of the lanes times the 1D kernel's loads, and the pieces are work of their own
+    (MIN_PIECE_LOADS); the innermost dim is never walked whole."""
+    if not any(2 <= size <= MAX_PIECES for size in sizes[:-1]):
+        return None
+    made = len(_live_reads(nodes, mapping, {}, internal))
+    best: tuple[float, Unrolled] | None = None
+    for d, size in enumerate(sizes[:-1]):
+        if not 2 <= size <= MAX_PIECES or mapping.numel // size < MIN_CELLS or made < MIN_PIECE_LOADS * size:
+            continue
+        unrolled = _cells(mapping, sizes, {d: size})
+        live = sum(len(_live_reads(nodes, unrolled.mapping, lane, internal, unrolled.lanes))
+                   for lane in unrolled.assignments())
+        share = live / (made * size) if made else 1.0
+        if share <= LIVE_READS and (best is None or share < best[0]):
+            best = (share, unrolled)
+    return best[1] if best else None
+
+
+def _live_reads(nodes: list, mapping: GroupMapping, lane: dict[sympy.Symbol, int], internal: set[str],
+                lanes: dict[sympy.Symbol, int] | None = None) -> list[tuple[str, Expr]]:
+    """The loads from memory of the group's bodies at one lane, those under a mask known false
+    there left out, as the kernel writer leaves them out (its index arithmetic folds the same way)."""
+    bounds = mapping.bounds | (lanes or {})
+    recorder = _MaskedLoads(lambda e: lane_index(e, lane, bounds) if lane else e)
+    for node in nodes:
+        index, rindex = mapping.index_of(node)
+        node.body(recorder, index, rindex)
+    return [(buffer, index) for buffer, index in recorder.loads if buffer not in internal]
+
+
+class _MaskedLoads:
+    """An ops handler that evaluates index arithmetic and comparisons symbolically (sympy) and
+    records the loads a body makes, skipping a masked body whose mask is known false. Every other
+    value is opaque (None)."""
+
+    _COMPARE = {"lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge, "eq": sympy.Eq, "ne": sympy.Ne}
+
+    def __init__(self, at_lane) -> None:
+        self.at_lane = at_lane
+        self.loads: list[tuple[str, Expr]] = []
+
+    def load(self, name: str, index: Expr) -> None:
+        self.loads.append((name, index))
+
+    def index_expr(self, expr: Expr, dtype: str) -> Expr:
+        return self.at_lane(expr)
+
+    def indirect(self, value, size: int) -> sympy.Symbol:
+        return sympy.Symbol("indirect", integer=True)  # a gathered position: never known
+
+    def constant(self, value, dtype: str):
+        return sympy.Integer(value) if isinstance(value, (bool, int)) else None
+
+    def masked(self, mask, body, other) -> None:
+        if mask is not sympy.false:
+            body()
+
+    def logical_and(self, a, b):
+        return a & b if _known(a) and _known(b) else sympy.false if sympy.false in (a, b) else None
+
+    def logical_or(self, a, b):
+        return a | b if _known(a) and _known(b) else sympy.true if sympy.true in (a, b) else None
+
+    def logical_not(self, a):
+        return ~a if _known(a) else None
+
+    def __getattr__(self, name: str):
+        compare = self._COMPARE.get(name)
+        if compare is None:
+            return lambda *args, **kwargs: None
+
+        def decided(a, b):
+            if not (isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr)):
+                return None
+            result = compare(a, b)
+            return result if result in (sympy.true, sympy.false) else None
+        return decided
+
+
+def _known(value) -> bool:
+    return value is sympy.true or value is sympy.false

@@ -163,3 +163,57 @@ def test_the_switch_keeps_the_1d_kernel(monkeypatch):
     result = check(max_pool_backward(), *pool_backward_inputs((2, 3, 12, 16)))
     assert not unrolled(result)
     assert loads(result) == 8 * 1  # one kernel, 4 candidate windows x 2 buffers, for each output
+
+
+# --- pieces: a short dim walked whole, each lane reading its own piece of a stack or cat ---------
+
+
+def qkv_gradient_stack(q, k, v):
+    """A ViT's q/k/v gradients stacked back into the fused projection's layout, q and k through work
+    of their own first (EVA-02's rotary backward on every token but the class token)."""
+    tokens = q.shape[2] - 1
+    cos = torch.linspace(-1, 1, tokens * q.shape[3], device=q.device).view(tokens, -1).to(q.dtype)
+    rotated = lambda t: torch.cat([t[:, :, :1], t[:, :, 1:] * cos + t[:, :, 1:].flip(-1) * cos.flip(0)], 2)  # noqa: E731
+    return torch.stack([rotated(q), rotated(k).neg(), v], 0).permute(1, 3, 0, 2, 4).contiguous()
+
+
+@pytest.mark.parametrize("dtype", [FLOAT32, BF16], ids=str)
+def test_a_stack_of_three_pieces_walks_them_as_three_lanes_and_matches_eager(dtype):
+    q, k, v = (rand((2, 3, 9, 10), dtype, seed=s) for s in range(3))
+    result = check(qkv_gradient_stack, q, k, v)
+    assert unrolled(result) == [3]
+
+
+def test_each_lane_loads_only_its_own_piece(monkeypatch):
+    """The 1D kernel loads every piece's inputs at every output (its masks known only at run time):
+    6 loads; over lanes each lane's masks are known and it loads its own piece's two inputs alone,
+    and a load two lanes make of the same element is written once: 3 loads a cell."""
+    inputs = [rand((3, 5, 7), seed=s) for s in range(3)]
+    stack = lambda a, b, c: torch.stack([a * b, b + c, c - a], 1)  # noqa: E731
+    lanes = check(stack, *inputs)
+    assert unrolled(lanes) == [3] and loads(lanes) == 3
+    monkeypatch.setattr(unrolled_lanes, "PIECE_LANES", False)
+    flat = check(stack, *inputs)
+    assert not unrolled(flat) and loads(flat) == 6
+    assert "tl.where" in flat.artifact.kernel_source(flat.artifact.manifest["kernels"][0])
+    assert "tl.where" not in lanes.artifact.kernel_source(lanes.artifact.manifest["kernels"][0])
+
+
+def test_a_stack_of_copies_keeps_its_contiguous_stores():
+    """One load a piece (VOLO's stack of q/k/v gradients): the 1D kernel, whose stores are contiguous."""
+    inputs = [rand((3, 5, 7), seed=s) for s in range(3)]
+    assert not unrolled(check(lambda a, b, c: torch.stack([a, b * 2, c + 1], 1), *inputs))
+
+
+def test_pieces_from_non_contiguous_inputs_and_a_cat_along_an_outer_dim():
+    a, b = rand((6, 4, 5), seed=1).transpose(0, 2), rand((5, 4, 6), seed=2)
+    result = check(lambda a, b: torch.cat([(a * a.flip(1)).unsqueeze(0), (b * b.flip(1)).unsqueeze(0)], 0)
+                   .permute(1, 0, 2, 3) + 1, a, b)
+    assert unrolled(result) == [2]
+
+
+def test_short_dims_that_select_no_piece_stay_1d():
+    """A dim of 3 that every input spans (no masks to fold), or a stack along the innermost dim
+    (interleaved pairs: its lanes would be neighbouring elements), keeps the 1D kernel."""
+    assert not unrolled(check(lambda x, y: x * y.sin(), rand((4, 3, 10)), rand((4, 3, 10), seed=1)))
+    assert not unrolled(check(lambda x, y: torch.stack([x, -y], -1).flatten(-2), rand((6, 10)), rand((6, 10), seed=1)))

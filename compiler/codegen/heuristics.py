@@ -86,7 +86,8 @@ def launch_config(shape: KernelShape, target: str) -> dict:
     if shape.tiled:
         return _config(min(64, next_power_of_2(shape.numel)), min(64, next_power_of_2(shape.rnumel)), 4, True) | {"tiled": True}
     if shape.unrolled > 1:  # about 1024 outputs a program, as a 1D kernel's
-        return _config(min(1024 // shape.unrolled, next_power_of_2(shape.numel)), 1, 4, False) | {"unrolled": shape.unrolled}
+        cells = 1 << ((1024 // shape.unrolled).bit_length() - 1)  # a power of two (3 lanes: 256 cells)
+        return _config(min(cells, next_power_of_2(shape.numel)), 1, 4, False) | {"unrolled": shape.unrolled}
     if target == "cpu":
         return _cpu_config(shape)
     if not shape.is_reduction:

@@ -1,7 +1,8 @@
 """On a GPU: pointwise kernels over cells of 2 x 2 outputs (compiler/unrolled_lanes.py) run from
 their cubins under every candidate config autotuning tries and match eager: ResNet's 3x3 stride-2
 max-pool backward with eager's int64 indices, NCHW with the ReLU's mask fused (its mask and its
-stores vectors of 2) and channels-last, and an average pool's backward.
+stores vectors of 2) and channels-last, and an average pool's backward; and a stack of q/k/v
+gradients walked as three lanes, one a piece (EVA-02's, a rotary backward on q and k first).
 
 Skipped without CUDA (CPU CI); run on the device machine:
     python -m pytest -q tests/gpu
@@ -36,8 +37,17 @@ def average_pool_backward(grad, x):
     return torch.ops.aten.avg_pool2d_backward(grad, x, [3, 3], [2, 2], [1, 1], False, True, None)
 
 
+def qkv_gradient_stack(q, k, v):
+    tokens = q.shape[2] - 1
+    cos = torch.linspace(-1, 1, tokens * q.shape[3], device=q.device).view(tokens, -1).to(q.dtype)
+    rotated = lambda t: torch.cat([t[:, :, :1], t[:, :, 1:] * cos + t[:, :, 1:].flip(-1) * cos.flip(0)], 2)  # noqa: E731
+    return torch.stack([rotated(q), rotated(k).neg(), v], 0).permute(1, 3, 0, 2, 4).contiguous()
+
+
 def _inputs(case: str) -> list[torch.Tensor]:
     torch.manual_seed(0)
+    if case == "stack":
+        return [torch.randn(4, 3, 65, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
     x = torch.randn(4, 8, 30, 56, device="cuda", dtype=torch.bfloat16)
     if case == "average":
         return [torch.randn(4, 8, 15, 28, device="cuda", dtype=torch.bfloat16), x]
@@ -48,9 +58,9 @@ def _inputs(case: str) -> list[torch.Tensor]:
     return [grad, x, indices, torch.randn_like(x)]
 
 
-@pytest.mark.parametrize("case", ["NCHW", "channels-last", "average"])
+@pytest.mark.parametrize("case", ["NCHW", "channels-last", "average", "stack"])
 def test_every_unrolled_candidate_matches_eager(case):
-    fn = average_pool_backward if case == "average" else pool_backward_with_mask
+    fn = {"average": average_pool_backward, "stack": qkv_gradient_stack}.get(case, pool_backward_with_mask)
     inputs = _inputs(case)
     graph = from_fx(make_fx(fn)(*inputs), inputs)
     kernels = generate(schedule(lower(graph), CompileOptions(benchmark_fusion=False)), cuda_target()).kernels
