@@ -1,5 +1,6 @@
 """Pointwise kernels whose neighbouring outputs read the same inputs: a cell of 2 or 2 x 2 outputs
-a point, written out once per lane, the loads the lanes share loaded once.
+a point, written out once per lane, the loads the lanes share loaded once. The same cells walk the
+pieces of a stack (`_piece_cells`): a short dim, one lane a position, each lane's masks known.
 
 A pool's backward gives each input position the gradients of the windows that chose it. For a
 3x3 window of stride 2 that is up to 2 windows per dim: each output loads 4 saved indices and 4
