@@ -1,12 +1,12 @@
 """Graphs holding ops that cannot travel on the wire: custom ops a library registers with
 torch.library (transformers' `grouped_mm_fallback`, which its mixture-of-experts layers call under
-torch.compile), or any call the wire format has no name for. Such a graph is split in node order:
+torch.compile), or any other op call the wire format has no name for. Such a graph is split in node order:
 each local op alone in a part (with the items taken of its result), the runs of wire ops between
 them in others. The service compiles the wire parts as graphs of their own; the local ops run in
 the caller's process between them, where their library is loaded. Nothing falls back to eager.
 
     split = split_at_local_ops(gm)          # None when every op travels
-    function = SplitFunction(backend, split, name, backward, compile=True)
+    function = SplitFunction(backend, split, name, backward)   # its parts compiled now
     function(args)                          # boxed, as aot_autograd calls its compilers' results
 
 The wire format is unchanged (docs/CLIENT.md): the service never sees a local op.
@@ -86,8 +86,7 @@ class SplitFunction:
     """What aot_autograd runs for a graph with local ops: the split graph, its wire parts compiled
     (one GraphFunction each, named "<graph> part <n>"), its local ops run as they are."""
 
-    def __init__(self, backend: "Backend", split: torch.fx.GraphModule, name: str, backward: bool = False,
-                 compile: bool = True) -> None:
+    def __init__(self, backend: "Backend", split: torch.fx.GraphModule, name: str, backward: bool = False) -> None:
         from client.backend import GraphFunction
 
         self._boxed_call = True
@@ -98,8 +97,8 @@ class SplitFunction:
                 continue
             part = getattr(split, node.target)
             function = GraphFunction(backend, part, f"{name} part {node.target.removeprefix('submod_')}", backward)
-            if compile and function.static and function.has_work:
-                function.prepare([placeholder.meta.get("val") for placeholder in part.graph.find_nodes(op="placeholder")])
+            if function.static and function.has_work:  # compiled now, at torch.compile time
+                function.prepare([p.meta.get("val") for p in part.graph.find_nodes(op="placeholder")])
             self.parts[node.target] = function
             setattr(split, node.target, _CompiledPart(function))
 

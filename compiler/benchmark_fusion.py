@@ -96,7 +96,8 @@ def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_
         return "looped reduction fused with work over the whole row"
     if window_in_reduction(first.nodes, second.nodes, fused.is_reduction, read_writes):
         return "reduction fused with a window's loads (pooling, a stencil): compiler/window_fusion.py"
-    if COLUMN_STORES_TIMED and program is not None and stores_pointwise_in_column_order(first, second, fused, read_writes, program):
+    if COLUMN_STORES_TIMED and program is not None \
+            and stores_pointwise_in_column_order(first, second, fused, read_writes, program):
         return "column reduction fused with pointwise work whose results are stored"
     return None
 

@@ -173,7 +173,8 @@ def qkv_gradient_stack(q, k, v):
     of their own first (EVA-02's rotary backward on every token but the class token)."""
     tokens = q.shape[2] - 1
     cos = torch.linspace(-1, 1, tokens * q.shape[3], device=q.device).view(tokens, -1).to(q.dtype)
-    rotated = lambda t: torch.cat([t[:, :, :1], t[:, :, 1:] * cos + t[:, :, 1:].flip(-1) * cos.flip(0)], 2)  # noqa: E731
+    sin = cos.flip(0)
+    rotated = lambda t: torch.cat([t[:, :, :1], t[:, :, 1:] * cos + t[:, :, 1:].flip(-1) * sin], 2)  # noqa: E731
     return torch.stack([rotated(q), rotated(k).neg(), v], 0).permute(1, 3, 0, 2, 4).contiguous()
 
 

@@ -40,7 +40,8 @@ def average_pool_backward(grad, x):
 def qkv_gradient_stack(q, k, v):
     tokens = q.shape[2] - 1
     cos = torch.linspace(-1, 1, tokens * q.shape[3], device=q.device).view(tokens, -1).to(q.dtype)
-    rotated = lambda t: torch.cat([t[:, :, :1], t[:, :, 1:] * cos + t[:, :, 1:].flip(-1) * cos.flip(0)], 2)  # noqa: E731
+    sin = cos.flip(0)
+    rotated = lambda t: torch.cat([t[:, :, :1], t[:, :, 1:] * cos + t[:, :, 1:].flip(-1) * sin], 2)  # noqa: E731
     return torch.stack([rotated(q), rotated(k).neg(), v], 0).permute(1, 3, 0, 2, 4).contiguous()
 
 

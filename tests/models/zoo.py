@@ -485,6 +485,21 @@ def _albert(size: str) -> nn.Module:
                                           pad_token_id=0, **dims))
 
 
+def _cspdarknet(size: str) -> nn.Module:
+    """CSPDarknet-53: cross-stage partial stages (each splits its channels, runs dark blocks on one
+    half and concatenates), leaky ReLU, BatchNorm; its tiny size one block per stage."""
+    import dataclasses
+
+    import timm
+    from timm.models.cspnet import CspNet, model_cfgs
+
+    if size == "bench":
+        return timm.create_model("cspdarknet53", num_classes=CLASSES[size])
+    config = model_cfgs["cspdarknet53"]
+    tiny = dataclasses.replace(config, stages=dataclasses.replace(config.stages, depth=(1, 1, 1, 1, 1)))
+    return CspNet(tiny, num_classes=CLASSES[size])
+
+
 def _focalnet(size: str) -> nn.Module:
     """FocalNet-T (SRF): focal modulation, gated depthwise contexts at two levels summed into a
     modulator, LayerNorm over channels-first images; its tiny size one block per stage, narrower."""
@@ -609,19 +624,19 @@ HELD_OUT.update(HELD_OUT_4)
 # over each head's queries and keys (Persimmon), factorized embeddings and one layer's weights used
 # by every layer (ALBERT), rotary positions in a vision transformer with a SwiGLU MLP (EVA-02),
 # selective kernels: a softmax over two convolution branches (SK-ResNet), hierarchical channel
-# splits (Res2Net), focal modulation: gated depthwise context (FocalNet), Mish and cross-stage
-# partial concatenations (CSPDarknet).
+# splits (Res2Net), focal modulation: gated depthwise context (FocalNet), cross-stage partial
+# concatenations with leaky ReLU (CSPDarknet).
 HELD_OUT_5: dict[str, Spec] = {
     "mixtral": Spec(_mixtral, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 32000}),
     "cohere": Spec(_cohere, "causal_lm", {"tiny": (2, 8), "bench": (2, 1024)}, {"tiny": 64, "bench": 256000}),
     "persimmon": Spec(_persimmon, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 262144}),
     "albert": Spec(_albert, "masked_lm", {"tiny": (2, 8), "bench": (8, 512)}, {"tiny": 64, "bench": 30000}),
-    "eva02": Spec(_timm_model("eva02_tiny_patch14_224", dict(img_size=56)), "image", IMAGE_64 | {"tiny": (2, 3, 56, 56)},
-                  CLASSES),
+    "eva02": Spec(_timm_model("eva02_tiny_patch14_224", dict(img_size=56)), "image",
+                  IMAGE_64 | {"tiny": (2, 3, 56, 56)}, CLASSES),
     "skresnet": Spec(_timm_model("skresnet18", {}), "image", IMAGE_64, CLASSES),
     "res2net": Spec(_timm_model("res2net50_14w_8s", dict(layers=(1, 1, 1, 1))), "image", IMAGE_64, CLASSES),
     "focalnet": Spec(_focalnet, "image", IMAGE_64, CLASSES),
-    "cspdarknet": Spec(_timm_model("cspdarknet53", {}), "image", IMAGE_64, CLASSES),
+    "cspdarknet": Spec(_cspdarknet, "image", IMAGE_64, CLASSES),
 }
 HELD_OUT.update(HELD_OUT_5)
 
