@@ -12,18 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
-from client.cubin import cuda_target
-from client.runtime import load
-from compiler.autotune import candidate_configs
-from compiler.codegen import generate
-from compiler.fx_import import from_fx
-from compiler.lowering import lower
-from compiler.options import CompileOptions
-from compiler.scheduler import schedule
 from tests.compare import assert_within_eager_error
-from tests.gpu.forced_candidates import compiled_with
+from tests.gpu.forced_candidates import every_candidate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -47,20 +38,11 @@ def _inputs(case: str) -> list[torch.Tensor]:
                                       (halving_pool, "contiguous")], ids=str)
 def test_every_paired_candidate_matches_eager(fn, case):
     inputs = _inputs(case)
-    graph = from_fx(make_fx(fn)(*inputs), inputs)
-    kernels = generate(schedule(lower(graph), CompileOptions(benchmark_fusion=False)), cuda_target()).kernels
-    (paired,) = [k for k in kernels if k.config.get("lanes")]
-    configs = candidate_configs(paired)
-    assert len(configs) > 1
     eager = fn(*inputs)
     eager = eager if isinstance(eager, tuple) else (eager,)
     reference = fn(inputs[0].double())
     reference = reference if isinstance(reference, tuple) else (reference,)
-    for config in configs:
-        artifact = compiled_with(graph, config, lambda c: bool(c.get("lanes")))
-        (built,) = [k for k in artifact.manifest["kernels"] if k["config"].get("lanes")]
-        assert built["config"] == config
-        got = load(artifact)(*inputs)
+    for config, got in every_candidate(fn, inputs, "lanes"):
         if fn is max_pool:  # the maximum and its position exactly
             assert all(torch.equal(g, e) for g, e in zip(got, eager)), f"{case} under {config}"
         else:

@@ -12,18 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
-from client.cubin import cuda_target
-from client.runtime import load
-from compiler.autotune import candidate_configs
-from compiler.codegen import generate
-from compiler.fx_import import from_fx
-from compiler.lowering import lower
-from compiler.options import CompileOptions
-from compiler.scheduler import schedule
 from tests.compare import assert_within_eager_error
-from tests.gpu.forced_candidates import compiled_with
+from tests.gpu.forced_candidates import every_candidate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -63,16 +54,7 @@ def _inputs(case: str) -> list[torch.Tensor]:
 def test_every_unrolled_candidate_matches_eager(case):
     fn = {"average": average_pool_backward, "stack": qkv_gradient_stack}.get(case, pool_backward_with_mask)
     inputs = _inputs(case)
-    graph = from_fx(make_fx(fn)(*inputs), inputs)
-    kernels = generate(schedule(lower(graph), CompileOptions(benchmark_fusion=False)), cuda_target()).kernels
-    (cells,) = [k for k in kernels if k.config.get("unrolled")]
-    configs = candidate_configs(cells)
-    assert len(configs) > 1
     eager = fn(*inputs)
     reference = fn(*[t.double() if t.is_floating_point() else t for t in inputs])
-    for config in configs:
-        artifact = compiled_with(graph, config, lambda c: bool(c.get("unrolled")))
-        (built,) = [k for k in artifact.manifest["kernels"] if k["config"].get("unrolled")]
-        assert built["config"] == config
-        (got,) = load(artifact)(*inputs)
+    for config, (got,) in every_candidate(fn, inputs, "unrolled"):
         assert_within_eager_error(got.float(), eager.float(), reference, f"{case} under {config}")
