@@ -45,7 +45,7 @@ from torch.utils import _pytree as pytree
 
 from client import default_cache_dir
 from client.linear_groups import group_linears
-from client.local_ops import SplitFunction, local_nodes, split_at_local_ops
+from client.local_ops import SplitFunction, split_at_local_ops
 from client.channels_last import MODES as CHANNELS_LAST_MODES, use_channels_last
 from client.cubin import cuda_target
 from client.partition import PARTITIONERS, aot_options
@@ -211,7 +211,7 @@ class Backend:
         name = _graph_name(self.stats["graphs"])
         split = split_at_local_ops(gm)
         if split is not None:  # ops the wire cannot carry run here, between compiled parts
-            self.stats["local_ops"] += len(local_nodes(gm))
+            self.stats["local_ops"] += len(split.local_parts)  # a part each
             return SplitFunction(self, split, name, backward)
         function = GraphFunction(self, gm, name, backward)
         if function.static and function.has_work:

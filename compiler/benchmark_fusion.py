@@ -39,7 +39,7 @@ from compiler.autotune import Timer, benchmark_buffers, gpu_timer, is_close_call
 from compiler.codegen import generate_kernel
 from compiler.codegen.aot import build_cubins, fits_target
 from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
-from compiler.dependencies import ReadWrites
+from compiler.dependencies import ReadWrites, buffers_read_and_written
 from compiler.inline_gathers import GATHERED_TRIAL
 from compiler.ir import Program
 from compiler.options import CompileOptions
@@ -81,15 +81,11 @@ def uncertain(first: KernelGroup, second: KernelGroup, fused: KernelGroup, read_
               program: Program | None = None) -> str | None:
     """Why the score alone should not decide this fusion, or None when it may. `program`: where
     buffers are seen from outside the fused group (without it, that question is not asked)."""
-    def writes(group):
-        return set().union(*(read_writes[n].write_buffers() for n in group.node_names))
-
-    def reads(group):
-        return set().union(*(read_writes[n].read_buffers() for n in group.node_names))
-
+    first_reads, first_writes = buffers_read_and_written(first.node_names, read_writes)
+    second_reads, second_writes = buffers_read_and_written(second.node_names, read_writes)
     if fused.mix_rows:
         return "mixed-order reduction: row and column sums in one kernel of fewer programs"
-    if not (writes(first) & reads(second) or writes(second) & reads(first)):
+    if not (first_writes & second_reads or second_writes & first_reads):
         return "horizontal fusion: the parts only share inputs"
     looped = fused.is_reduction and next_power_of_2(fused.rnumel) > GPU_PERSISTENT_LIMIT
     if looped and any(not n.is_reduction and fused.mapping.uses_rindex(n) for n in fused.nodes):
@@ -115,7 +111,7 @@ def stores_pointwise_in_column_order(first: KernelGroup, second: KernelGroup, fu
         return False
     internal = internal_buffers(fused.node_names, read_writes, program)
     return any(not part.is_reduction and any(fused.mapping.uses_rindex(n) for n in part.nodes)
-               and set().union(*(read_writes[n].write_buffers() for n in part.node_names)) - internal
+               and buffers_read_and_written(part.node_names, read_writes)[1] - internal
                for part in (first, second))
 
 

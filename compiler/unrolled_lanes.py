@@ -193,12 +193,14 @@ def _piece_cells(nodes: list, mapping: GroupMapping, internal: set[str], sizes: 
     masked loads at every output. Taken when the loads left live over all lanes are at most
     LIVE_READS of the lanes times the 1D kernel's loads, and the pieces are work of their own
     (MIN_PIECE_LOADS); the innermost dim is never walked whole."""
-    if not any(2 <= size <= MAX_PIECES for size in sizes[:-1]):
-        return None
+    short = [d for d, size in enumerate(sizes[:-1]) if 2 <= size <= MAX_PIECES and mapping.numel // size >= MIN_CELLS]
+    if not short:
+        return None  # nothing to trace
     made = len(_live_reads(nodes, mapping, {}, internal))
     best: tuple[float, Unrolled] | None = None
-    for d, size in enumerate(sizes[:-1]):
-        if not 2 <= size <= MAX_PIECES or mapping.numel // size < MIN_CELLS or made < MIN_PIECE_LOADS * size:
+    for d in short:
+        size = sizes[d]
+        if made < MIN_PIECE_LOADS * size:
             continue
         unrolled = _cells(mapping, sizes, {d: size})
         live = sum(len(_live_reads(nodes, unrolled.mapping, lane, internal, unrolled.lanes))
