@@ -15,6 +15,7 @@ import torch
 
 from tests.compare import assert_within_eager_error
 from tests.gpu.forced_candidates import every_candidate
+from tests.test_unrolled_lanes import qkv_gradient_stack
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -26,14 +27,6 @@ def pool_backward_with_mask(grad, x, indices, relu_out):
 
 def average_pool_backward(grad, x):
     return torch.ops.aten.avg_pool2d_backward(grad, x, [3, 3], [2, 2], [1, 1], False, True, None)
-
-
-def qkv_gradient_stack(q, k, v):
-    tokens = q.shape[2] - 1
-    cos = torch.linspace(-1, 1, tokens * q.shape[3], device=q.device).view(tokens, -1).to(q.dtype)
-    sin = cos.flip(0)
-    rotated = lambda t: torch.cat([t[:, :, :1], t[:, :, 1:] * cos + t[:, :, 1:].flip(-1) * sin], 2)  # noqa: E731
-    return torch.stack([rotated(q), rotated(k).neg(), v], 0).permute(1, 3, 0, 2, 4).contiguous()
 
 
 def _inputs(case: str) -> list[torch.Tensor]:
