@@ -264,7 +264,9 @@ def compare(got: list, expected: list, graph_eager: list, reference: list | None
         r = reference[i] if reference is not None and len(reference) == len(expected) else e
         if g.shape != e.shape or g.dtype != e.dtype:
             return f"output {i}: {g.dtype} {tuple(g.shape)}, eager gives {e.dtype} {tuple(e.shape)}"
-        if not e.is_floating_point() and not e.is_complex():
+        if e.is_complex():  # compared as (real, imaginary) pairs
+            g, e, ge, r = (_as_real_pairs(t) for t in (g, e, ge, r))
+        if not e.is_floating_point():
             if not torch.equal(g, e):
                 return f"output {i}: integer values differ from eager's"
             continue
@@ -281,6 +283,12 @@ def compare(got: list, expected: list, graph_eager: list, reference: list | None
         if error > MULTIPLIER * eager_error + FLOORS[dtype]:
             return f"output {i}: error {error:.3g} against float64, eager's {eager_error:.3g}"
     return ""
+
+
+def _as_real_pairs(t: Any) -> Any:
+    import torch
+
+    return torch.view_as_real(t.to(torch.complex64) if t.dtype == torch.complex32 else t) if t.is_complex() else t
 
 
 def _rmse(a: Any, b: Any) -> float:

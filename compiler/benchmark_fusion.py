@@ -40,11 +40,13 @@ from compiler.codegen import generate_kernel
 from compiler.codegen.aot import build_cubins, fits_target
 from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
 from compiler.dependencies import ReadWrites, buffers_read_and_written
+from compiler.graph import ITEMSIZES
 from compiler.inline_gathers import GATHERED_TRIAL
 from compiler.ir import Program
 from compiler.options import CompileOptions
 from compiler.scheduler import KernelGroup, Schedule, internal_buffers
-from compiler.split_reductions import is_outer
+from compiler.split_reductions import is_outer, rows_before_split
+from compiler.strided_fusion import strided_bytes
 from compiler.window_fusion import window_in_reduction
 
 # What one more launch costs a step beyond its kernel's GPU time: about the runtime's host time per
@@ -66,10 +68,13 @@ LOOPED_TRIALS = ({"num_warps": 16}, {"num_warps": 32})
 # trial before, never did).
 MIXED_TRIALS = ({"XBLOCK": 2, "num_warps": 4}, {"XBLOCK": 1, "num_warps": 4}, {"XBLOCK": 8, "num_warps": 4})
 FUSION_SHARE = 0.5  # of autotune_budget_s
-# ...asked where each column is reduced whole over this many rows or more (not in chunks: a split's
-# first pass stores tiles of few rows, as a pointwise kernel would)
+# ...asked where each column is reduced over this many rows or more
 WHOLE_COLUMN_ROWS = 2048
 COLUMN_STORES_TIMED = True  # stores_pointwise_in_column_order is a question (off: the score decides; A/B runs)
+# ...also where the columns are reduced in chunks (a split's first pass): Hiera's q/k/v gradients
+# stacked into its fused projection's layout beside their bias's column sum over 100352 rows, 256-row
+# chunks (H200, 2026-11-28: 88 us fused, Inductor 66). Off: whole columns only (A/B runs)
+SPLIT_COLUMN_STORES_TIMED = True
 
 
 def with_launches(kernel_ms: list[float]) -> float:
@@ -105,14 +110,27 @@ def stores_pointwise_in_column_order(first: KernelGroup, second: KernelGroup, fu
     order, a tile of rows at a time, where a pointwise kernel alone streams them in memory order and
     the reduction re-reads one of them. ALBERT's vocabulary-wide cross-entropy backward with its
     decoder bias's gradient (4096 x 30000 bf16, H200, 2026-11-28): fused 539 us autotuned; Inductor's
-    pointwise kernel + column sum 373 us."""
-    if not fused.is_reduction or fused.rnumel < WHOLE_COLUMN_ROWS \
-            or not any(n.is_reduction and is_outer(n) for n in fused.nodes):
+    pointwise kernel + column sum 373 us. Where the columns are cut in chunks (a split's first pass),
+    only when the stored work also accesses some buffer strided along both tile axes (Hiera's stack
+    of a transposed key gradient): a bias gradient beside its elementwise producer, in the same
+    layout, is left to the score."""
+    outer = [n for n in fused.nodes if n.is_reduction and is_outer(n)]
+    if not fused.is_reduction or not any(_column_rows(n) >= WHOLE_COLUMN_ROWS for n in outer):
         return False
     internal = internal_buffers(fused.node_names, read_writes, program)
-    return any(not part.is_reduction and any(fused.mapping.uses_rindex(n) for n in part.nodes)
-               and buffers_read_and_written(part.node_names, read_writes)[1] - internal
-               for part in (first, second))
+    stored = [part for part in (first, second)
+              if not part.is_reduction and any(fused.mapping.uses_rindex(n) for n in part.nodes)
+              and buffers_read_and_written(part.node_names, read_writes)[1] - internal]
+    if not stored or any(n.rnumel >= WHOLE_COLUMN_ROWS for n in outer):
+        return bool(stored)
+    itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
+    sizes = {name: b.layout.numel * itemsize[name] for name, b in program.buffers.items()}
+    return any(strided_bytes(set(part.node_names), fused, read_writes, sizes, itemsize, internal)[0]
+               for part in stored)
+
+
+def _column_rows(node: Any) -> int:
+    return rows_before_split(node) if SPLIT_COLUMN_STORES_TIMED else node.rnumel
 
 
 class FusionBenchmarker:

@@ -32,10 +32,9 @@ DTYPES: dict[str, int] = {
     "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
     "uint16": 2, "uint32": 4, "uint64": 8,  # v1.1; ops on these run as ATen calls (e.g. flash attention's RNG state)
+    "complex32": 4, "complex64": 8, "complex128": 16,  # v1.2; likewise (FFTs: docs/WIRE.md)
 }
-# Bytes per element of every dtype a buffer may hold: the wire dtypes, and what ATen calls may
-# return inside a graph (complex results of an FFT feeding another ATen call).
-ITEMSIZES: dict[str, int] = {**DTYPES, "complex32": 4, "complex64": 8, "complex128": 16}
+ITEMSIZES = DTYPES  # bytes per element of every dtype a buffer may hold
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 TARGET_PATTERN = re.compile(r"^(cpu|cuda:sm_[0-9]{2,3}a?)$")
 _NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")

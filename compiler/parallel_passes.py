@@ -25,10 +25,10 @@ from typing import Any
 from compiler.dependencies import ReadWrites
 from compiler.ir import Program
 from compiler.single_programs import gather_runs
+from compiler.split_reductions import SPLIT_SUFFIX
 
 COMBINE_SPLIT_PASSES = True  # off: each first pass keeps its own launch (A/B runs)
 MAX_PARTS = 16  # a longer run starts a new kernel (a long source compiles slowly)
-SPLIT_SUFFIX = "_split"  # the partial results' buffers (compiler.split_reductions)
 
 
 def combine_split_passes(steps: list, read_writes: dict[str, ReadWrites], program: Program) -> list:

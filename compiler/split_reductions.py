@@ -27,6 +27,7 @@ from compiler.ir import ComputeNode, Layout, Program, Store
 from compiler.mixed_order import MIXABLE, mix_chunk
 
 SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
+SPLIT_SUFFIX = "_split"  # names the buffers of a split's partial results
 MIN_CHUNK = 1024  # each partial of a row reduction still reduces at least this many contiguous elements
 MIN_OUTER_CHUNK = 128  # rows per partial of a column reduction (a program already covers OUTER_XBLOCK columns)
 OUTER_XBLOCK = 64  # columns per program of an outer reduction (codegen/heuristics.py)
@@ -373,9 +374,17 @@ def _accumulator_dtype(dtype: str) -> str:
     return "float32" if dtype in ("bfloat16", "float16") else dtype
 
 
+def rows_before_split(node: ComputeNode) -> int:
+    """How many elements each of the node's outputs reduces in all: its reduction's length, times its
+    chunks where the node is a split's first pass (ranges (chunks, outputs...), stored into a buffer
+    of this module's)."""
+    first_pass = node.stores and node.stores[0].buffer.name.endswith(SPLIT_SUFFIX)
+    return node.rnumel * node.ranges[0] if first_pass and node.ranges else node.rnumel
+
+
 def _new_buffer(program: Program, layout: Layout):
     from compiler.ir import Buffer
 
-    buffer = Buffer(f"buf{len(program.buffers)}_split", layout, "computed")
+    buffer = Buffer(f"buf{len(program.buffers)}{SPLIT_SUFFIX}", layout, "computed")
     program.buffers[buffer.name] = buffer
     return buffer

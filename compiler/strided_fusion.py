@@ -39,9 +39,20 @@ def strided_in_reduction(pointwise_nodes: set[str], group, read_writes: dict[str
     """Why the nodes named `pointwise_nodes` (one side of the fusion that made `group`, a
     KernelGroup) should not run inside it: their accesses would be strided; "" when they may.
     `internal`: the group's buffers that would stay in registers (they move no bytes)."""
-    mapping = group.mapping
-    if mapping.rnumel < MIN_ROW or not REFUSE_STRIDED:
+    if group.mapping.rnumel < MIN_ROW or not REFUSE_STRIDED:
         return ""
+    strided, total, mapping = strided_bytes(pointwise_nodes, group, read_writes, buffer_bytes, itemsize, internal)
+    if total and strided >= STRIDED_SHARE * total:
+        return (f"{strided} of its {total} bytes would be strided along both axes of the reduction's "
+                f"{mapping.numel}x{mapping.rnumel} tiles: it runs apart, in memory order")
+    return ""
+
+
+def strided_bytes(pointwise_nodes: set[str], group, read_writes: dict[str, ReadWrites], buffer_bytes: dict[str, int],
+                  itemsize: dict[str, int], internal: set[str]) -> tuple[int, int, object]:
+    """(bytes the nodes named `pointwise_nodes` would access strided along both tile axes of `group`,
+    all the bytes they access, the tile mapping judged: the row order row_order.py would pick)."""
+    mapping = group.mapping
     reordered = choose_row_order(group.nodes, mapping, read_writes, itemsize, internal)
     if reordered is not None:
         mapping = reordered[0]
@@ -59,10 +70,7 @@ def strided_in_reduction(pointwise_nodes: set[str], group, read_writes: dict[str
             total += buffer_bytes[dep.buffer]
             if _far_along_both(index, mapping, itemsize[dep.buffer]):
                 strided += buffer_bytes[dep.buffer]
-    if total and strided >= STRIDED_SHARE * total:
-        return (f"{strided} of its {total} bytes would be strided along both axes of the reduction's "
-                f"{mapping.numel}x{mapping.rnumel} tiles: it runs apart, in memory order")
-    return ""
+    return strided, total, mapping
 
 
 def _far_along_both(index, mapping, itemsize: int) -> bool:

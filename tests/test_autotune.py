@@ -254,6 +254,28 @@ def test_a_long_column_sum_over_stored_pointwise_results_is_timed_and_split_when
         assert not any(d["why_benchmarked"] == question for d in log), shape
 
 
+def test_a_column_sum_in_chunks_is_timed_only_where_its_stored_work_reads_across_the_tiles():
+    import torch
+
+    def stacked(q, k, v):  # Hiera: q, a transposed k and v stacked into one layout, their bias's column sum
+        pieces = torch.stack([q, k.transpose(2, 3), v], 3).permute(0, 2, 1, 3, 4)
+        out = pieces.reshape(-1, 3 * q.shape[-1]).to(torch.bfloat16)
+        return out, out.sum(0)
+
+    def scaled(q, k, v):  # a bias gradient beside its elementwise producer, in the same layout
+        out = (q * v * 2).permute(0, 2, 1, 3).reshape(-1, q.shape[-1]).to(torch.bfloat16)
+        return out, out.sum(0)
+
+    question = "column reduction fused with pointwise work whose results are stored"
+    inputs = [torch.randn(16, 8, 16, 32), torch.randn(16, 8, 32, 16), torch.randn(16, 8, 16, 32)]
+    scheduled = _bench_schedule(stacked, inputs, fused_ms=3.0, parts_ms=1.0)  # 2048 rows, in chunks
+    assert any(d["why_benchmarked"] == question and not d["fused"] for d in scheduled.fusion_log["benchmarked"])
+    kernels = [s for s in scheduled.steps if isinstance(s, KernelGroup)]
+    assert not kernels[0].is_reduction and kernels[1].is_reduction  # the stack stored apart, then the sum
+    log = _bench_schedule(scaled, inputs, fused_ms=3.0, parts_ms=1.0).fusion_log["benchmarked"]
+    assert not any(d["why_benchmarked"] == question for d in log)
+
+
 def test_benchmarking_keeps_a_fusion_that_is_faster_and_records_both_timings():
     import torch
 

@@ -613,3 +613,69 @@ def test_an_empty_tensor_wanted_in_two_layouts_is_allocated_once_and_copied_once
     assert copied.layout == columns and copied.buffer is not first.buffer
     assert first.buffer.kind == "uninitialized" and copied.buffer.kind == "computed"
     assert [type(n) for n in ctx.program.nodes] == [ExternNode, ComputeNode]  # the allocation, the copy
+
+
+# --- identities: x + 0, x - 0, x * 1, x / 1 ----------------------------------------------
+
+def _compiled(fn, *inputs):
+    artifact = compiler.compile(from_fx(make_fx(fn)(*inputs), list(inputs)), "cpu")
+    return artifact, load(artifact)
+
+
+def _kernels(artifact) -> int:
+    return sum(1 for step in artifact.plan["steps"] if step["op"] == "kernel")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: x + torch.zeros_like(y),
+    lambda x, y: torch.ops.aten.copy(y.view(-1), torch.zeros_like(y).view(-1)).view(y.shape) + x,  # a copy of zeros
+    lambda x, y: x - torch.zeros_like(y),
+    lambda x, y: x * torch.ones_like(y),
+    lambda x, y: x / 1,
+    lambda x, y: torch.ones_like(y) * x,
+], ids=["add_zeros", "zeros_copy_add", "sub_zeros", "mul_ones", "div_one", "ones_mul"])
+def test_an_op_that_makes_no_new_values_passes_its_input_on(fn):
+    """The backward of MViT-v2 adds a copy of zeros to a gradient: no kernel copies the gradient,
+    the output is the input itself (as Inductor's joint-graph pass makes it)."""
+    x = transposed((6, 9), FLOAT32)
+    y = rand(tuple(x.shape), FLOAT32)
+    artifact, run = _compiled(fn, x, y)
+    assert _kernels(artifact) == 0, artifact.plan["steps"]
+    (got,) = run(x, y)
+    assert got.data_ptr() == x.data_ptr() and got.stride() == x.stride()
+    torch.testing.assert_close(got, fn(x, y), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn, compared", [
+    (lambda x, y: x[:, :1] + torch.zeros_like(y), True),    # broadcast: new values' shape
+    (lambda x, y: x.to(BF16) + torch.zeros_like(y), True),  # promoted to float32: new dtype
+    (lambda x, y: x + torch.full_like(y, 0.5), True),
+    (lambda x, y: x * torch.zeros_like(y), True),
+    (lambda x, y: x + torch.empty_like(y), False),          # unspecified values are not zeros
+    (lambda x, y: x * y ** 3, True),                        # a power's body tests its values against None
+    (lambda x, y: x * torch.zeros_like(y).index_fill(0, torch.tensor([1]), 2.0).exp(), True),  # written after
+    (lambda x, y: x + torch.ops.aten.slice_backward(y[:, :4], list(y.shape), 1, 0, 4, 1), True),  # zeros, then a piece
+], ids=["broadcast", "promoted", "half", "times_zero", "empty", "cube", "filled", "slice_backward"])
+def test_ops_with_operands_that_are_not_identities_still_compute(fn, compared):
+    x, y = rand((6, 9), FLOAT32), rand((6, 9), FLOAT32)
+    artifact, run = _compiled(fn, x, y)
+    assert _kernels(artifact) >= 1
+    (got,) = run(x, y)
+    assert got.data_ptr() != x.data_ptr()
+    if compared:
+        torch.testing.assert_close(got, fn(x, y))
+
+
+def test_no_input_is_passed_on_in_a_graph_that_writes_in_place():
+    """`x + 0` then `x.add_(1)`: the sum must keep x's old values, so it is computed."""
+    def fn(x, y):
+        total = x + torch.zeros_like(y)
+        x.add_(1)
+        return total
+
+    x, y = rand((6, 9), FLOAT32), rand((6, 9), FLOAT32)
+    want = x.clone()
+    artifact, run = _compiled(fn, x.clone(), y)
+    (got,) = run(x, y)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x, want + 1)

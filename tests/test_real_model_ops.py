@@ -186,6 +186,38 @@ def test_ops_on_unsigned_wide_dtypes_run_as_aten_calls():
     assert run(x)[0].equal(fn(x))
 
 
+def test_fourier_token_mixing_runs_its_complex_ops_as_aten_calls_and_fuses_the_rest():
+    """FNet mixes tokens by the real part of a 2D FFT of its hidden states (wire v1.2: complex dtypes),
+    forward and backward; the residual add and LayerNorm around it are still kernels."""
+    x = torch.randn(2, 9, 12, requires_grad=True)
+    weight = torch.randn(12)
+
+    def step(x, weight):
+        mixed = torch.fft.fftn(x.to(torch.complex64), dim=(1, 2)).real
+        y = F.layer_norm(x + mixed, (12,), weight)
+        return torch.autograd.grad((y * y).sum(), x)[0], y
+
+    graph, artifact, run = compiled(step, x, weight)
+    assert any("fft" in target for target in extern_targets(artifact)), extern_targets(artifact)
+    assert any(step["op"] == "kernel" for step in artifact.plan["steps"])
+    for got, want in zip(run(x, weight), step(x, weight)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_complex_graph_inputs_and_outputs_travel():
+    z = torch.randn(4, 6, dtype=torch.complex64)
+
+    def fn(z, scale):
+        return (z * scale).conj().resolve_conj(), torch.view_as_real(z).sum(-1) * scale
+
+    scale = torch.randn(6)
+    graph, artifact, run = compiled(fn, z, scale)
+    assert [spec.dtype for spec in graph.inputs] == ["complex64", "float32"]
+    assert parse_graph(json.dumps(graph.model_dump(mode="json"))) == graph
+    for got, want in zip(run(z, scale), fn(z, scale)):
+        torch.testing.assert_close(got, want)
+
+
 def test_a_decomposition_whose_outputs_disagree_with_the_op_is_not_used(monkeypatch):
     """PyTorch's decomposition of the CPU flash attention returns the attention weights where the op
     returns a logsumexp. Attention ops always run as ATen calls; with that rule switched off, the

@@ -31,7 +31,7 @@ from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref, refs_in
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import convolution_bias, registry
 from compiler.lowering.composite import outer_product
-from compiler.lowering.concatenation import cats_materialized
+from compiler.lowering.concatenation import cat_pieces, cats_materialized
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
 from compiler.lowering.extern_layouts import device_layouts
 from compiler.lowering.layout_choice import follows_loads, layout_free_nodes, may_walk_otherwise, strides_differ
@@ -59,6 +59,8 @@ def lower(graph: Graph, limits: WorkLimits | None = None, eager_random: bool = T
     padded = matmul_operands(graph, ctx.graph_outputs)
     ctx.layout_free = layout_free_nodes(graph, ctx.graph_outputs) - set(padded)
     ctx.materialized_cats = cats_materialized(graph, ctx.graph_outputs)
+    ctx.cat_pieces = cat_pieces(graph)
+    ctx.writes_in_place = any(_mutated_arguments(resolve_op(node.target)) for node in graph.nodes)
     env: dict[str, Any] = {}
     for i, spec in enumerate(graph.inputs):
         layout = Layout(tuple(spec.shape), tuple(spec.strides()), 0, spec.dtype)

@@ -63,6 +63,28 @@ def cats_materialized(graph: Graph, graph_outputs: set[str]) -> set[str]:
             and (node.name in graph_outputs or read_by_extern(node.name))}
 
 
+def cat_pieces(graph: Graph) -> set[str]:
+    """The nodes a cat (or stack) reads as a piece, directly or through views: lowering/reductions.py
+    unrolls a small reduction among them, so that it joins the cat's node instead of writing a buffer
+    of its own that the cat's kernel reads again."""
+    producers = {node.name: node for node in graph.nodes}
+    pieces: set[str] = set()
+    for node in graph.nodes:
+        if node.target not in CAT_TARGETS or not node.args:
+            continue
+        for name in refs_in(node.args[0]):
+            while name not in pieces and name in producers:
+                pieces.add(name)
+                producer = producers[name]
+                if not is_view(producer.target) or not producer.args:
+                    break
+                sources = list(refs_in(producer.args[0]))
+                if not sources:
+                    break
+                name = sources[0]
+    return pieces
+
+
 def _always_extern(target: str) -> bool:
     from compiler.fx_import import resolve_op
 

@@ -15,7 +15,8 @@ import torch
 from compiler.fx_import import dtype_name
 from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
-from compiler.lowering.values import FLOATS, LOW_PRECISION, Lazy, TensorValue, Uninitialized, compute_dtype
+from compiler.lowering.values import (FLOATS, LOW_PRECISION, Lazy, TensorValue, Uninitialized, compute_dtype,
+                                      known_value)
 from compiler.lowering.views import broadcast_to
 
 Operand = TensorValue | int | float | bool
@@ -103,6 +104,25 @@ _register_predicate("isfinite", lambda ops, a: ops.logical_not(ops.logical_or(op
 _register_predicate("logical_not", lambda ops, a: ops.logical_not(a))
 
 
+# --- identities: x + 0, x - 0, x * 1, x / 1 -----------------------------------------------
+
+PASS_ON_IDENTITIES = True  # switch for A/B runs (bench/switch_ab.py)
+
+
+def unchanged(ctx: LoweringContext, keep: Operand, other: Operand, identity: int) -> TensorValue | None:
+    """`keep` itself where `other` is `identity` everywhere and `keep` has the result's size and
+    dtype already: `x + zeros_like(y)` makes no new values, so no kernel computes them, and a buffer
+    is passed on as it is (Inductor's joint-graph pass removes the same ops). Not in a graph that
+    writes a tensor in place, where `keep` could change under the result."""
+    if not PASS_ON_IDENTITIES or ctx.writes_in_place or not isinstance(keep, TensorValue) or ctx.out_dtype == "bool":
+        return None
+    if tuple(keep.size) != tuple(ctx.out_size) or keep.dtype != ctx.out_dtype:
+        return None
+    if known_value(other, ctx.constant_buffers) != identity:
+        return None
+    return keep
+
+
 # --- binary math -----------------------------------------------------------------------
 
 def _with_alpha(ops: Any, b: Any, alpha: Any, dtype: str) -> Any:
@@ -110,7 +130,10 @@ def _with_alpha(ops: Any, b: Any, alpha: Any, dtype: str) -> Any:
 
 
 @register("aten.add.Tensor", "aten.add.Scalar")
-def add(ctx: LoweringContext, a: Operand, b: Operand, alpha: Any = 1) -> Lazy:
+def add(ctx: LoweringContext, a: Operand, b: Operand, alpha: Any = 1) -> TensorValue:
+    same = unchanged(ctx, a, b, 0) or (unchanged(ctx, b, a, 0) if alpha == 1 else None)
+    if same is not None:
+        return same
     dtype = compute_dtype(ctx.out_dtype)
     if ctx.out_dtype == "bool":
         return elementwise(ctx, [a, b], lambda ops, x, y: ops.logical_or(x, y))
@@ -118,7 +141,10 @@ def add(ctx: LoweringContext, a: Operand, b: Operand, alpha: Any = 1) -> Lazy:
 
 
 @register("aten.sub.Tensor", "aten.sub.Scalar")
-def sub(ctx: LoweringContext, a: Operand, b: Operand, alpha: Any = 1) -> Lazy:
+def sub(ctx: LoweringContext, a: Operand, b: Operand, alpha: Any = 1) -> TensorValue:
+    same = unchanged(ctx, a, b, 0)
+    if same is not None:
+        return same
     dtype = compute_dtype(ctx.out_dtype)
     return elementwise(ctx, [a, b], lambda ops, x, y: ops.sub(x, _with_alpha(ops, y, alpha, dtype)))
 
@@ -130,14 +156,20 @@ def rsub(ctx: LoweringContext, a: Operand, b: Operand, alpha: Any = 1) -> Lazy:
 
 
 @register("aten.mul.Tensor", "aten.mul.Scalar")
-def mul(ctx: LoweringContext, a: Operand, b: Operand) -> Lazy:
+def mul(ctx: LoweringContext, a: Operand, b: Operand) -> TensorValue:
+    same = unchanged(ctx, a, b, 1) or unchanged(ctx, b, a, 1)
+    if same is not None:
+        return same
     if ctx.out_dtype == "bool":
         return elementwise(ctx, [a, b], lambda ops, x, y: ops.logical_and(x, y))
     return elementwise(ctx, [a, b], lambda ops, x, y: ops.mul(x, y))
 
 
 @register("aten.div.Tensor", "aten.div.Scalar", "aten.true_divide.Tensor")
-def div(ctx: LoweringContext, a: Operand, b: Operand) -> Lazy:
+def div(ctx: LoweringContext, a: Operand, b: Operand) -> TensorValue:
+    same = unchanged(ctx, a, b, 1)
+    if same is not None:
+        return same
     return elementwise(ctx, [a, b], lambda ops, x, y: ops.truediv(x, y))
 
 

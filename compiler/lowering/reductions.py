@@ -37,6 +37,7 @@ def reduction_dims(x: TensorValue, dims: Sequence[int] | int | None) -> list[int
 # and unrolled those ran 1.2-1.7x slower: they stay reductions, as do rows of a few contiguous elements.
 UNROLLED_REDUCTION = 8
 UNROLL_SMALL_REDUCTIONS = True  # off: every reduction is a reduction kernel (A/B runs, bench/switch_ab.py)
+UNROLL_CAT_PIECES = True  # off: a small reduction a cat reads unrolls only where its rows lie apart
 _UNROLLED_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
 
 
@@ -66,7 +67,7 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
 
     count = math.prod(reduction_ranges)
     if UNROLL_SMALL_REDUCTIONS and reduction_type in _UNROLLED_COMBINE and 0 < count <= UNROLLED_REDUCTION \
-            and not out_dtypes and _rows_lie_apart(body, ranges, reduction_ranges):
+            and not out_dtypes and (_read_by_cat(ctx) or _rows_lie_apart(body, ranges, reduction_ranges)):
         outputs = [_unrolled(body, ranges, reduction_ranges, _UNROLLED_COMBINE[reduction_type], accumulate_dtype)]
     else:
         outputs = ctx.reduce(ranges, reduction_ranges, reduction_type, body, out_dtypes or [accumulate_dtype])
@@ -74,6 +75,13 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
         keep_size = [1 if d in dims else s for d, s in enumerate(x.size)]
         return [reshape(o, keep_size) for o in outputs]
     return list(outputs)
+
+
+def _read_by_cat(ctx: LoweringContext) -> bool:
+    """Whether a cat reads the reduction's result as a piece: unrolled, the reduction joins the cat's
+    node (DiffLlama's key and value gradients, each summed over its group of query heads, then cat),
+    where a reduction kernel would write a buffer that the cat's kernel reads again."""
+    return UNROLL_CAT_PIECES and ctx.origin in ctx.cat_pieces
 
 
 def _rows_lie_apart(body, ranges: Sequence[int], reduction_ranges: Sequence[int]) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import sympy
+
 from compiler.indexing import Expr
 from compiler.ir import Buffer, Layout
 from compiler.ops import load_view
@@ -73,3 +75,51 @@ class Uninitialized(Lazy):
     argument) it is an allocation that no kernel writes: `LoweringContext.realize` makes it once."""
 
     realized: "StorageView | None" = None
+
+
+class _Known:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_UNKNOWN = object()  # not None: bodies test their own values against None (lowering/pointwise.py powers)
+
+
+class _ConstantProbe:
+    """An ops handler that runs a Lazy's body only as far as constants go: a constant, a cast of one,
+    or a load of a buffer that holds one value everywhere is known; anything else (arithmetic, other
+    loads) is not."""
+
+    def __init__(self, constant_buffers: dict[str, Any]) -> None:
+        self.constant_buffers = constant_buffers
+
+    def constant(self, value: Any, dtype: str) -> _Known:
+        return _Known(value)
+
+    def to_dtype(self, value: Any, *args: Any, **kwargs: Any) -> Any:
+        return value if isinstance(value, _Known) else _UNKNOWN
+
+    def load(self, buffer: str, *args: Any) -> Any:
+        known = self.constant_buffers.get(buffer)
+        return _UNKNOWN if known is None else _Known(known)
+
+    def __getattr__(self, name: str) -> Callable:
+        return lambda *args, **kwargs: _UNKNOWN
+
+
+def known_value(operand: Any, constant_buffers: dict[str, Any] | None = None) -> Any:
+    """The value every element of `operand` has, where lowering knows it: a Python number; zeros_like,
+    full and the like, copies, casts and views of them; a view of a buffer in `constant_buffers`
+    (name -> the value stored in all of it). Else None."""
+    if isinstance(operand, StorageView):
+        return (constant_buffers or {}).get(operand.buffer.name)
+    if not isinstance(operand, TensorValue):
+        return None if isinstance(operand, bool) else operand
+    if not isinstance(operand, Lazy) or isinstance(operand, Uninitialized):
+        return None
+    index = [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(operand.rank)]
+    try:
+        found = operand.load(_ConstantProbe(constant_buffers or {}), index)
+    except Exception:  # a body that does more with its values than the probe answers
+        return None
+    return found.value if isinstance(found, _Known) and not isinstance(found.value, bool) else None

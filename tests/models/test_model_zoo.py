@@ -34,7 +34,9 @@ MODELS = list(ZOO)
 # BEiT, CaiT, XCiT, Swin-v2, ConvNeXt-V2, MobileViT; and a third (zoo.HELD_OUT_3): NF-ResNet, HRNet,
 # ReXNet, EdgeNeXt, PVT-v2, ResNeSt; and a fourth (zoo.HELD_OUT_4): Gemma-2, Nemotron, OLMo, VOLO, GhostNet,
 # TResNet, MaxViT, Inception-v3, CoaT; and a fifth (zoo.HELD_OUT_5): Mixtral, Cohere, Persimmon, ALBERT,
-# EVA-02, SK-ResNet, Res2Net, FocalNet, CSPDarknet
+# EVA-02, SK-ResNet, Res2Net, FocalNet, CSPDarknet; and a sixth (zoo.HELD_OUT_6): Qwen3, DiffLlama, ModernBERT,
+# FNet (its Fourier transforms run as ATen calls on complex tensors), LFM2, MViT-v2, EfficientViT, Hiera,
+# ECA-ResNet
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight

@@ -511,12 +511,94 @@ def _focalnet(size: str) -> nn.Module:
     return FocalNet(depths=(1, 1, 1, 1), embed_dim=32, num_classes=CLASSES[size])
 
 
-def _timm_model(variant: str, tiny: dict[str, Any]) -> Callable[[str], nn.Module]:
-    """A builder of timm's `variant`, its tiny size changed by the keyword arguments `tiny`."""
+def _qwen3(size: str) -> nn.Module:
+    """Qwen3: RMSNorms over each head's queries and keys before rotary, grouped-query attention,
+    SiLU-gated MLP, a 151,936-token vocabulary."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=3072, num_attention_heads=16)
+    dims["head_dim"] = 8 if size == "tiny" else 64
+    return Qwen3ForCausalLM(Qwen3Config(vocab_size=HELD_OUT_6["qwen3"].vocab[size], num_hidden_layers=2,
+                                        num_key_value_heads=dims["num_attention_heads"] // 2, bos_token_id=0,
+                                        eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _diffllama(size: str) -> nn.Module:
+    """DiffLlama: differential attention, two softmax maps subtracted with a learned weight (lambda
+    from exponentials of dot products), each head's output RMS-normalized and scaled."""
+    from transformers import DiffLlamaConfig, DiffLlamaForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=2816, num_attention_heads=16)
+    return DiffLlamaForCausalLM(DiffLlamaConfig(vocab_size=HELD_OUT_6["diffllama"].vocab[size], num_hidden_layers=2,
+                                                num_key_value_heads=dims["num_attention_heads"] // 2,
+                                                bos_token_id=0, eos_token_id=0,
+                                                pad_token_id=0, **dims))
+
+
+def _modernbert(size: str) -> nn.Module:
+    """ModernBERT: GeGLU MLP, LayerNorms without bias, rotary, global attention in the first layer
+    and sliding-window attention in the second, a prediction head with its own norm, dropout."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    dims = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, local_attention=4,
+                max_position_embeddings=64) if size == "tiny" else \
+        dict(hidden_size=768, intermediate_size=1152, num_attention_heads=12, local_attention=128,
+             max_position_embeddings=512)
+    return ModernBertForMaskedLM(ModernBertConfig(vocab_size=HELD_OUT_6["modernbert"].vocab[size], num_hidden_layers=2,
+                                                  global_attn_every_n_layers=2, embedding_dropout=0.1,
+                                                  mlp_dropout=0.1, attention_dropout=0.1, pad_token_id=0,
+                                                  bos_token_id=0, eos_token_id=0, cls_token_id=0, sep_token_id=0,
+                                                  **dims))
+
+
+def _fnet(size: str) -> nn.Module:
+    """FNet: token mixing by a 2D Fourier transform (the real part of an FFT over the hidden and the
+    sequence dims) instead of attention, GELU-new, dropout."""
+    from transformers import FNetConfig, FNetForMaskedLM
+
+    dims = dict(hidden_size=32, intermediate_size=64, max_position_embeddings=64) if size == "tiny" else \
+        dict(hidden_size=768, intermediate_size=3072, max_position_embeddings=512)
+    return FNetForMaskedLM(FNetConfig(vocab_size=HELD_OUT_6["fnet"].vocab[size], num_hidden_layers=2,
+                                      hidden_dropout_prob=0.1, pad_token_id=0, **dims))
+
+
+def _lfm2(size: str) -> nn.Module:
+    """LFM2: a hybrid of gated short convolutions (a causal depthwise conv1d of 3 taps between two
+    gates) and grouped-query attention with per-head q/k RMSNorm; one layer of each."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    dims = _lm_dims(size, hidden_size=1024, intermediate_size=4096, num_attention_heads=16)
+    return Lfm2ForCausalLM(Lfm2Config(vocab_size=HELD_OUT_6["lfm2"].vocab[size], num_hidden_layers=2,
+                                      layer_types=["conv", "full_attention"],
+                                      num_key_value_heads=dims["num_attention_heads"] // 2, bos_token_id=0,
+                                      eos_token_id=0, pad_token_id=0, **dims))
+
+
+def _mvitv2(size: str) -> nn.Module:
+    """MViT-v2-T: pooling attention (queries, keys and values pooled by strided depthwise
+    convolutions, each with its LayerNorm), residual pooling, decomposed relative positions; its
+    tiny size one block per stage, narrower."""
+    import dataclasses
+
+    import timm
+    from timm.models.mvitv2 import MultiScaleVit, model_cfgs
+
+    if size == "bench":
+        return timm.create_model("mvitv2_tiny", num_classes=CLASSES[size])
+    tiny = dataclasses.replace(model_cfgs["mvitv2_tiny"], depths=(1, 1, 1, 1), embed_dim=16)
+    return MultiScaleVit(tiny, img_size=(64, 64), num_classes=CLASSES[size])
+
+
+def _timm_model(variant: str, tiny: dict[str, Any], tiny_variant: str | None = None) -> Callable[[str], nn.Module]:
+    """A builder of timm's `variant`, its tiny size changed by the keyword arguments `tiny` (or another
+    variant of the same model, `tiny_variant`). Tiny sizes are narrower than the real models where the
+    model allows it: CI runs them under Triton's interpreter, whose time grows with the elements."""
     def build(size: str) -> nn.Module:
         import timm
 
-        return timm.create_model(variant, num_classes=CLASSES[size], **(tiny if size == "tiny" else {}))
+        if size == "tiny":
+            return timm.create_model(tiny_variant or variant, num_classes=CLASSES[size], **tiny)
+        return timm.create_model(variant, num_classes=CLASSES[size])
     return build
 
 
@@ -590,10 +672,11 @@ IMAGE_64 = {"tiny": (2, 3, 64, 64), "bench": (32, 3, 224, 224)}
 HELD_OUT_3: dict[str, Spec] = {
     "nfresnet": Spec(_nf_resnet, "image", IMAGE_64, CLASSES),
     "hrnet": Spec(_timm_model("hrnet_w18_small", {}), "image", IMAGE_64, CLASSES),
-    "rexnet": Spec(_timm_model("rexnet_100", {}), "image", IMAGE_64, CLASSES),
+    "rexnet": Spec(_timm_model("rexnet_100", dict(width_mult=0.5)), "image", IMAGE_64, CLASSES),
     "edgenext": Spec(_timm_model("edgenext_xx_small", {}), "image", IMAGE_64, CLASSES),
     "pvt_v2": Spec(_timm_model("pvt_v2_b0", {}), "image", IMAGE_64, CLASSES),
-    "resnest": Spec(_timm_model("resnest14d", {}), "image", IMAGE_64, CLASSES),
+    "resnest": Spec(_timm_model("resnest14d", dict(stem_width=16, channels=(32, 64, 128, 256))), "image", IMAGE_64,
+                     CLASSES),
 }
 HELD_OUT.update(HELD_OUT_3)
 
@@ -608,13 +691,15 @@ HELD_OUT_4: dict[str, Spec] = {
     "nemotron": Spec(_nemotron, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 32000}),
     "olmo": Spec(_olmo, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 50304}),
     "volo": Spec(_volo, "image", IMAGE_64, CLASSES),
-    "ghostnet": Spec(_timm_model("ghostnet_100", {}), "image", IMAGE_64, CLASSES),
-    "tresnet": Spec(_timm_model("tresnet_m", {}), "image", IMAGE_64, CLASSES),
-    "maxvit": Spec(_timm_model("maxvit_nano_rw_256", dict(img_size=64, depths=(1, 1, 1, 1))), "image",
+    "ghostnet": Spec(_timm_model("ghostnet_100", {}, tiny_variant="ghostnet_050"), "image", IMAGE_64, CLASSES),
+    "tresnet": Spec(_timm_model("tresnet_m", dict(width_factor=0.5)), "image", IMAGE_64, CLASSES),
+    "maxvit": Spec(_timm_model("maxvit_nano_rw_256", dict(img_size=64, depths=(1, 1, 1, 1),
+                                                         embed_dim=(32, 64, 128, 256))), "image",
                    {"tiny": (2, 3, 64, 64), "bench": (32, 3, 256, 256)}, CLASSES),
     "inception": Spec(_timm_model("inception_v3", {}), "image", {"tiny": (2, 3, 80, 80), "bench": (32, 3, 299, 299)},
                       CLASSES),
-    "coat": Spec(_timm_model("coat_lite_tiny", dict(img_size=64, serial_depths=(1, 1, 1, 1))), "image", IMAGE_64,
+    "coat": Spec(_timm_model("coat_lite_tiny", dict(img_size=64, serial_depths=(1, 1, 1, 1),
+                                                     embed_dims=(32, 64, 128, 160))), "image", IMAGE_64,
                  CLASSES),
 }
 HELD_OUT.update(HELD_OUT_4)
@@ -640,6 +725,27 @@ HELD_OUT_5: dict[str, Spec] = {
 }
 HELD_OUT.update(HELD_OUT_5)
 
+
+# A sixth group (2026-11-28), added before any of its kernels were timed: RMSNorm over each head's
+# queries and keys (Qwen3), differential attention (DiffLlama), GeGLU and sliding-window layers
+# (ModernBERT), token mixing by a Fourier transform, complex tensors (FNet), gated short
+# convolutions in a hybrid (LFM2), pooling attention with residual pooling (MViT-v2), ReLU linear
+# attention (EfficientViT), mask-unit attention over unrolled windows (Hiera), channel attention by
+# a 1D convolution over pooled channels (ECA-ResNet).
+HELD_OUT_6: dict[str, Spec] = {
+    "qwen3": Spec(_qwen3, "causal_lm", {"tiny": (2, 8), "bench": (2, 1024)}, {"tiny": 64, "bench": 151936}),
+    "diffllama": Spec(_diffllama, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 32000}),
+    "modernbert": Spec(_modernbert, "masked_lm", {"tiny": (2, 8), "bench": (8, 512)}, {"tiny": 64, "bench": 50368}),
+    "fnet": Spec(_fnet, "masked_lm", {"tiny": (2, 8), "bench": (8, 512)}, {"tiny": 64, "bench": 32000}),
+    "lfm2": Spec(_lfm2, "causal_lm", {"tiny": (2, 8), "bench": (4, 1024)}, {"tiny": 64, "bench": 65536}),
+    "mvitv2": Spec(_mvitv2, "image", IMAGE_64, CLASSES),
+    "efficientvit": Spec(_timm_model("efficientvit_b0", {}), "image", IMAGE_64, CLASSES),
+    # its default init zeroes the classifier, which would leave the trunk without gradients
+    "hiera": Spec(_timm_model("hiera_tiny_224", dict(img_size=64, stages=(1, 1, 1, 1), embed_dim=16,
+                                                     weight_init="skip")), "image", IMAGE_64, CLASSES),
+    "eca_resnet": Spec(_timm_model("eca_resnet33ts", {}), "image", IMAGE_64, CLASSES),
+}
+HELD_OUT.update(HELD_OUT_6)
 
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
