@@ -222,15 +222,16 @@ def test_duplicate_name():
 def test_unknown_dtype_in_an_input():
     graph = edited(lambda g: g["inputs"][1].update(dtype="float8"))
     assert error(graph) == ("inputs[1] 'w'.dtype: unknown dtype 'float8'; known: float32, float16, bfloat16, float64, "
-                            "int64, int32, int16, int8, uint8, bool, uint16, uint32, uint64, complex32, complex64, complex128")
+                            "int64, int32, int16, int8, uint8, bool, uint16, uint32, uint64, complex32, complex64, "
+                            "complex128")
 
 
 def test_unknown_dtype_in_an_argument():
     graph = edited(lambda g: g["nodes"].insert(1, {"name": "c", "target": "aten._to_copy.default", "args": [X],
                                                    "kwargs": {"dtype": {"dtype": "torch.float32"}}}))
     assert error(graph) == ("nodes[1] 'c'.kwargs.dtype.dtype: unknown dtype 'torch.float32'; known: float32, float16, "
-                            "bfloat16, float64, int64, int32, int16, int8, uint8, bool, uint16, uint32, uint64, complex32, complex64, "
-                            "complex128")
+                            "bfloat16, float64, int64, int32, int16, int8, uint8, bool, uint16, uint32, uint64, "
+                            "complex32, complex64, complex128")
 
 
 def test_unknown_device_layout_memory_format():
