@@ -40,7 +40,6 @@ from compiler.codegen import generate_kernel
 from compiler.codegen.aot import build_cubins, fits_target
 from compiler.codegen.heuristics import GPU_PERSISTENT_LIMIT, next_power_of_2
 from compiler.dependencies import ReadWrites, buffers_read_and_written
-from compiler.graph import ITEMSIZES
 from compiler.inline_gathers import GATHERED_TRIAL
 from compiler.ir import Program
 from compiler.options import CompileOptions
@@ -123,8 +122,7 @@ def stores_pointwise_in_column_order(first: KernelGroup, second: KernelGroup, fu
               and buffers_read_and_written(part.node_names, read_writes)[1] - internal]
     if not stored or any(n.rnumel >= WHOLE_COLUMN_ROWS for n in outer):
         return bool(stored)
-    itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
-    sizes = {name: b.layout.numel * itemsize[name] for name, b in program.buffers.items()}
+    itemsize, sizes = program.buffer_itemsizes(), program.buffer_bytes()
     return any(strided_bytes(set(part.node_names), fused, read_writes, sizes, itemsize, internal)[0]
                for part in stored)
 

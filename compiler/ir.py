@@ -188,3 +188,10 @@ class Program:
 
     def buffer_dtypes(self) -> dict[str, str]:
         return {name: b.dtype for name, b in self.buffers.items()}
+
+    def buffer_itemsizes(self) -> dict[str, int]:
+        return {name: ITEMSIZES[b.dtype] for name, b in self.buffers.items()}
+
+    def buffer_bytes(self) -> dict[str, int]:
+        """Each buffer's elements times their size (its layout's numel, not its storage's)."""
+        return {name: b.layout.numel * ITEMSIZES[b.dtype] for name, b in self.buffers.items()}

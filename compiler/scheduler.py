@@ -35,7 +35,6 @@ from compiler.dependencies import MemoryDep, ReadWrites, extract_read_writes
 from compiler.fusion_candidates import Candidates
 from compiler.fusion_graph import StepGraph
 from compiler.gc_pause import paused_gc
-from compiler.graph import ITEMSIZES
 from compiler.ir import ComputeNode, ExternNode, Node, Program
 from compiler.loop_mapping import FusionRefused, GroupMapping, map_group
 from compiler.memory_order import draws_random_numbers, reorder_for_peak_memory
@@ -192,7 +191,7 @@ def _fuse_and_order(program: Program, options: CompileOptions, judge: Any,
     mark_internal_buffers(steps, read_writes, program)
     released = frozenset(program.inputs[i].name for i in options.released_inputs)
     steps = reorder_for_peak_memory(steps, predecessors, read_writes, program, released)
-    itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
+    itemsize = program.buffer_itemsizes()
     for step in steps:
         if isinstance(step, KernelGroup):
             laid_out = choose_pointwise_layout(step.nodes, step.mapping, read_writes, itemsize, step.internal)
@@ -491,9 +490,9 @@ class FusionState:
     def __init__(self, steps: list[Step], predecessors: dict[str, set[str]], read_writes: dict[str, ReadWrites],
                  program: Program) -> None:
         self.read_writes = read_writes
-        self.itemsize = {name: ITEMSIZES[b.dtype] for name, b in program.buffers.items()}
+        self.itemsize = program.buffer_itemsizes()
         self.readers = buffer_readers(read_writes)
-        self.bytes = {name: b.layout.numel * self.itemsize[name] for name, b in program.buffers.items()}
+        self.bytes = program.buffer_bytes()
         self.alive: dict[int, Step] = {id(s): s for s in steps}
         self.touched: dict[int, list[str]] = {}  # buffers read or written, in name order
         self.accessed: dict[int, frozenset[str]] = {}  # buffers accessed through an index (MemoryDeps)

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from compiler.graph import Graph, refs_in
 from compiler.ir import ComputeNode, Program
 from compiler.lowering import registry
-from compiler.lowering.padding import is_view
+from compiler.lowering.padding import is_view, viewed_through
 from compiler.lowering.values import Lazy, StorageView, TensorValue
 
 CAT_BY_PIECE = True  # off: every cat is one masked node (A/B runs, bench/switch_ab.py)
@@ -67,22 +67,9 @@ def cat_pieces(graph: Graph) -> set[str]:
     """The nodes a cat (or stack) reads as a piece, directly or through views: lowering/reductions.py
     unrolls a small reduction among them, so that it joins the cat's node instead of writing a buffer
     of its own that the cat's kernel reads again."""
-    producers = {node.name: node for node in graph.nodes}
-    pieces: set[str] = set()
-    for node in graph.nodes:
-        if node.target not in CAT_TARGETS or not node.args:
-            continue
-        for name in refs_in(node.args[0]):
-            while name not in pieces and name in producers:
-                pieces.add(name)
-                producer = producers[name]
-                if not is_view(producer.target) or not producer.args:
-                    break
-                sources = list(refs_in(producer.args[0]))
-                if not sources:
-                    break
-                name = sources[0]
-    return pieces
+    pieces = [name for node in graph.nodes if node.target in CAT_TARGETS and node.args
+              for name in refs_in(node.args[0])]
+    return viewed_through(graph, pieces)
 
 
 def _always_extern(target: str) -> bool:

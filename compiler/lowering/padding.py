@@ -94,11 +94,16 @@ def _reshape_lasts(name: str, users: dict[str, list], op_of: dict[str, str]) -> 
 
 def viewed_by_outputs(graph: Graph) -> set[str]:
     """The graph's outputs and the nodes they are views of (a result whose strides the caller sees)."""
+    return viewed_through(graph, [ref.ref for ref in graph.outputs])
+
+
+def viewed_through(graph: Graph, names: list[str]) -> set[str]:
+    """`names` and every value they are views of, directly or through other views."""
     base_of = {node.name: node.args[0].ref for node in graph.nodes
                if node.args and isinstance(node.args[0], Ref) and is_view(node.target)}
     seen: set[str] = set()
-    for ref in graph.outputs:
-        name: str | None = ref.ref
+    for start in names:
+        name: str | None = start
         while name is not None and name not in seen:
             seen.add(name)
             name = base_of.get(name)
