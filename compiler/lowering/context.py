@@ -14,7 +14,7 @@ from compiler.bounds import WorkLimits
 from compiler.ir import Buffer, ComputeNode, ExternNode, Layout, Program, Store, TensorArg
 from compiler.lowering import views
 from compiler.lowering.concatenation import Concatenation
-from compiler.lowering.values import StorageView, TensorValue, Uninitialized, compute_dtype
+from compiler.lowering.values import StorageView, TensorValue, Uninitialized, compute_dtype, known_value
 
 
 SEED_BOUND = 2**62  # seeds are drawn from [0, SEED_BOUND): Philox keys of 64 bits, never negative
@@ -43,7 +43,7 @@ class LoweringContext:
     layout_free: set[str] = field(default_factory=set)  # wire nodes a layout may be chosen for (layout_choice.py)
     writes_in_place: bool = False  # some node of the graph writes into a tensor (x.add_(y), copy_)
     cat_pieces: set[str] = field(default_factory=set)  # wire nodes a cat reads as a piece (concatenation.py)
-    stored_values: dict[str, TensorValue] = field(default_factory=dict)  # buffer -> the value realized into all of it
+    constant_buffers: dict[str, Any] = field(default_factory=dict)  # buffer -> the value stored in all of it
     materialized_cats: set[str] = field(default_factory=set)  # cats stored in memory whatever fuses (concatenation.py)
     laid_out_by_loads: set[str] = field(default_factory=set)  # buffers layout_choice.py laid out, not eager
     # eager's meta tensors of the wire nodes whose buffers lie otherwise (layout_choice.py), as env holds them
@@ -90,7 +90,9 @@ class LoweringContext:
                 self.store(piece, Store(buffer, part.layout))
         else:
             self.store(value, Store(buffer, layout))
-            self.stored_values[buffer.name] = value  # values.known_value reads through it
+            known = known_value(value, self.constant_buffers)
+            if known is not None:
+                self.constant_buffers[buffer.name] = known
         return StorageView(buffer, layout)
 
     def _allocate(self, value: Uninitialized, layout: Layout) -> StorageView:
@@ -110,7 +112,7 @@ class LoweringContext:
             raise self.fail(f"a result of shape {list(value.size)} cannot be stored into a view of shape "
                             f"{list(store.layout.size)}")
         out_dtype = compute_dtype(store.layout.dtype)
-        self.stored_values.pop(store.buffer.name, None)  # a later write (slice_scatter's piece) changes it
+        self.constant_buffers.pop(store.buffer.name, None)  # a later write (slice_scatter's piece) changes it
 
         def body(ops, index, rindex):
             return ops.to_dtype(value.load(ops, index), out_dtype)
@@ -171,7 +173,7 @@ class LoweringContext:
         args = [self._extern_arg(a) for a in args]
         kwargs = {k: self._extern_arg(v) for k, v in kwargs.items()}
         for view in mutated:
-            self.stored_values.pop(view.buffer.name, None)
+            self.constant_buffers.pop(view.buffer.name, None)
         outputs, positions = [], []
         for position, meta in enumerate(out_meta):
             if meta is None:

@@ -118,7 +118,7 @@ def unchanged(ctx: LoweringContext, keep: Operand, other: Operand, identity: int
         return None
     if tuple(keep.size) != tuple(ctx.out_size) or keep.dtype != ctx.out_dtype:
         return None
-    if known_value(other, ctx.stored_values) != identity:
+    if known_value(other, ctx.constant_buffers) != identity:
         return None
     return keep
 

@@ -87,11 +87,11 @@ _UNKNOWN = object()  # not None: bodies test their own values against None (lowe
 
 class _ConstantProbe:
     """An ops handler that runs a Lazy's body only as far as constants go: a constant, a cast of one,
-    or a load of a buffer whose stored value is known everywhere is known; anything else
-    (arithmetic, other loads) is not."""
+    or a load of a buffer that holds one value everywhere is known; anything else (arithmetic, other
+    loads) is not."""
 
-    def __init__(self, stored: dict[str, TensorValue]) -> None:
-        self.stored = stored
+    def __init__(self, constant_buffers: dict[str, Any]) -> None:
+        self.constant_buffers = constant_buffers
 
     def constant(self, value: Any, dtype: str) -> _Known:
         return _Known(value)
@@ -100,30 +100,26 @@ class _ConstantProbe:
         return value if isinstance(value, _Known) else _UNKNOWN
 
     def load(self, buffer: str, *args: Any) -> Any:
-        source = self.stored.get(buffer)
-        known = None if source is None else known_value(source, self.stored)
+        known = self.constant_buffers.get(buffer)
         return _UNKNOWN if known is None else _Known(known)
 
     def __getattr__(self, name: str) -> Callable:
         return lambda *args, **kwargs: _UNKNOWN
 
 
-def known_value(operand: Any, stored: dict[str, TensorValue] | None = None) -> Any:
+def known_value(operand: Any, constant_buffers: dict[str, Any] | None = None) -> Any:
     """The value every element of `operand` has, where lowering knows it: a Python number; zeros_like,
-    full and the like, copies, casts and views of them; a view of a buffer that `stored` maps to the
-    whole value written into it (LoweringContext.stored_values), when that value is known. Else None.
-    Asked only by the ops that test for an identity, so nothing is traced for other nodes."""
-    stored = stored or {}
+    full and the like, copies, casts and views of them; a view of a buffer in `constant_buffers`
+    (name -> the value stored in all of it). Else None."""
     if isinstance(operand, StorageView):
-        source = stored.get(operand.buffer.name)
-        return None if source is None else known_value(source, stored)
+        return (constant_buffers or {}).get(operand.buffer.name)
     if not isinstance(operand, TensorValue):
         return None if isinstance(operand, bool) else operand
     if not isinstance(operand, Lazy) or isinstance(operand, Uninitialized):
         return None
     index = [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(operand.rank)]
     try:
-        found = operand.load(_ConstantProbe(stored), index)
-    except Exception:  # a body that does more with its values than the probe answers (or a very long chain)
+        found = operand.load(_ConstantProbe(constant_buffers or {}), index)
+    except Exception:  # a body that does more with its values than the probe answers
         return None
     return found.value if isinstance(found, _Known) and not isinstance(found.value, bool) else None
