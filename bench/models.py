@@ -17,7 +17,10 @@ off the grouping of linears over one input (group_linears=False; on by default s
 `-nchw` after fusewire leaves convolutions in eager's layout (channels_last="off"; "auto", which runs
 half-precision convolutions on channels-last tensors, is the default since 2026-11-25).
 
-Each model runs in bf16 on CUDA. One step is forward, loss and backward of the compiled module
+Each model runs on CUDA under one training recipe (`--recipe`): "bf16" (the default: weights and
+activations in bf16), "autocast" (float32 weights, the step under torch.autocast to bf16: mixed
+precision as most training scripts run it) or "checkpointing" (bf16, activation checkpointing on:
+transformers' gradient_checkpointing_enable, timm's set_grad_checkpointing). One step is forward, loss and backward of the compiled module
 (gradients set to None before each step; no optimizer, which stays outside the compiled module).
 Per mode:
   first_step_s   the first step, compile included (fusewire: a cold compile on the service)
@@ -65,9 +68,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models"), str(ROOT / "tests" / 
 from client.cubin import cuda_target  # noqa: E402
 from client_models import Block  # noqa: E402
 from gpu_profile import host_time_ms, profile_kernels  # noqa: E402
-from zoo import HELD_OUT, ZOO, build, make_batch, step_loss  # noqa: E402
+from zoo import HELD_OUT, ZOO, build, make_batch, step_loss, with_checkpointing  # noqa: E402
 
 BLOCK_WIDTH, BLOCK_HEADS, BLOCK_BATCH = 1024, 16, (8, 1024)
+RECIPES = ("bf16", "autocast", "checkpointing")
 
 
 class BlockLoss(torch.nn.Module):
@@ -81,11 +85,16 @@ class BlockLoss(torch.nn.Module):
         return self.block(x).float().square().mean()
 
 
-def build_model(name: str) -> torch.nn.Module:
+def build_model(name: str, recipe: str = "bf16") -> torch.nn.Module:
+    """The model on the GPU as `recipe` trains it (RECIPES)."""
     if name != "block":
-        return build(name, "bench")
-    torch.manual_seed(0)
-    return BlockLoss().train()
+        model = build(name, "bench")
+    else:
+        torch.manual_seed(0)
+        model = BlockLoss().train()
+    if recipe == "checkpointing":
+        with_checkpointing(model)
+    return model.to(device="cuda", dtype=torch.float32 if recipe == "autocast" else torch.bfloat16)
 
 
 def model_batch(name: str) -> dict[str, torch.Tensor]:
@@ -103,9 +112,10 @@ def drop_gradients(model: torch.nn.Module) -> None:
         parameter.grad = None
 
 
-def one_step(runner, name: str, model, batch: dict) -> torch.Tensor:
+def one_step(runner, name: str, model, batch: dict, recipe: str = "bf16") -> torch.Tensor:
     drop_gradients(model)
-    loss = model_loss(runner, name, batch)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe == "autocast"):
+        loss = model_loss(runner, name, batch)
     loss.backward()
     return loss.detach()
 
@@ -140,11 +150,11 @@ class Mode:
     """One mode of one model, set up (compiled, first steps run) and ready to time."""
 
     def __init__(self, name: str, mode: str, url: str | None, partitioner: str, cuda_graphs: bool,
-                 group_linears: bool = True, channels_last: str = "auto") -> None:
-        self.name, self.mode = name, mode
-        self.model = build_model(name).to(device="cuda", dtype=torch.bfloat16)
+                 group_linears: bool = True, channels_last: str = "auto", recipe: str = "bf16") -> None:
+        self.name, self.mode, self.recipe = name, mode, recipe
+        self.model = build_model(name, recipe)
         self.batch = {k: v.cuda() for k, v in model_batch(name).items()}
-        self.row: dict = {"model": name, "mode": mode}
+        self.row: dict = {"model": name, "mode": mode, "recipe": recipe}
         self.times: list[float] = []
         self.hosts: list[float] = []
         base = mode.split("-")[0]
@@ -163,7 +173,7 @@ class Mode:
             self.runner = torch.compile(self.model, backend=self.backend)
 
     def step(self) -> torch.Tensor:
-        return one_step(self.runner, self.name, self.model, self.batch)
+        return one_step(self.runner, self.name, self.model, self.batch, self.recipe)
 
     def set_up(self, resident: int) -> None:
         """First step (the compile), the service hit for fusewire, three warm-up steps. `resident`:
@@ -221,12 +231,12 @@ class Mode:
 
 
 def measure_model(name: str, modes: list[str], steps: int, rounds: int, url: str | None,
-                  top_kernels: int = 8, cprofile: bool = False) -> list[dict]:
+                  top_kernels: int = 8, cprofile: bool = False, recipe: str = "bf16") -> list[dict]:
     """Every mode of one model, timed side by side: set up one after the other (fusewire first: its
     service-hit check resets dynamo), then `rounds` rounds in which each mode runs steps/rounds timed
     steps and one host-time step, so a drift of the machine's speed affects all modes alike."""
     ordered = sorted(modes, key=lambda m: not m.startswith("fusewire"))
-    make_process_state(name)
+    make_process_state(name, recipe)
     set_up: list[Mode] = []
     rows: dict[str, dict] = {}
     for mode in ordered:
@@ -236,7 +246,7 @@ def measure_model(name: str, modes: list[str], steps: int, rounds: int, url: str
             resident = torch.cuda.memory_allocated()
             candidate = Mode(name, mode, url, "save_all" if "save_all" in suffixes else "min_cut",
                              "cudagraphs" in suffixes, "ungrouped" not in suffixes,
-                             "off" if "nchw" in suffixes else "auto")
+                             "off" if "nchw" in suffixes else "auto", recipe)
             candidate.set_up(resident)
             set_up.append(candidate)
         except Exception as exc:  # one mode's failure is a result too; the rest still run
@@ -253,12 +263,12 @@ def measure_model(name: str, modes: list[str], steps: int, rounds: int, url: str
     return [rows[mode] for mode in modes]
 
 
-def make_process_state(name: str) -> None:
+def make_process_state(name: str, recipe: str) -> None:
     """One eager step of a throwaway copy of the model, so that what a process allocates once and
     keeps (cuBLAS workspaces) exists before the first mode's resident memory is measured."""
-    model = build_model(name).to("cuda", torch.bfloat16)
+    model = build_model(name, recipe)
     batch = {key: value.cuda() for key, value in model_batch(name).items()}
-    one_step(model, name, model, batch)
+    one_step(model, name, model, batch, recipe)
     del model, batch
     gc.collect()
     torch.cuda.synchronize()
@@ -283,6 +293,9 @@ def main() -> None:
                              "(fusewire with aot_autograd's default partition), -cudagraphs (fusewire's CUDA-graph "
                              "mode; Inductor's mode='reduce-overhead'), -ungrouped (fusewire, linears not grouped), "
                              "-nchw (fusewire, convolutions in eager's layout), e.g. fusewire-save_all-cudagraphs")
+    parser.add_argument("--recipe", choices=RECIPES, default="bf16",
+                        help="bf16 weights and activations; float32 weights under autocast to bf16; or bf16 with "
+                             "activation checkpointing")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5, help="rounds the timed steps are interleaved in")
     parser.add_argument("--url", help="a running fusewire service (default: start one here)")
@@ -301,7 +314,8 @@ def main() -> None:
     try:
         for name in args.models.split(","):
             try:
-                for row in measure_model(name, modes, args.steps, args.rounds, url, args.top_kernels, args.cprofile):
+                for row in measure_model(name, modes, args.steps, args.rounds, url, args.top_kernels, args.cprofile,
+                                         args.recipe):
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             except Exception as error:  # one model's failure is its row; the models after it still run

@@ -65,7 +65,7 @@ def aot_options(partitioner: str) -> dict[str, Any]:
     aot_autograd would otherwise copy each one back after the graph (60 copies per ResNet step)."""
     options: dict[str, Any] = {"keep_inference_input_mutations": True}
     if partitioner == "save_all":
-        return options
+        return {**options, "partition_fn": save_all_partition}
     from torch._decomp import get_decompositions
 
     table = get_decompositions([getattr(aten, name) for name in MIN_CUT_DECOMPOSED])
@@ -76,15 +76,44 @@ def min_cut_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
     """The joint graph rewritten (module docstring), then split by the min-cut partitioner."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    rewrites = (shape_only_arguments, max_pool_offsets, recompute_weight_concats, repeated_concats,
-                outer_products_as_multiplies)
+    rewrites = (saved_random_draws, shape_only_arguments, max_pool_offsets, recompute_weight_concats,
+                repeated_concats, outer_products_as_multiplies)
     if sum(rewrite(joint.graph) for rewrite in rewrites):
         joint.graph.lint()
         joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
+def save_all_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
+    """aot_autograd's default partition, after the one rewrite it needs (saved_random_draws)."""
+    from torch._functorch.partitioners import default_partition
+
+    if saved_random_draws(joint.graph):
+        joint.recompile()
+    return default_partition(joint, joint_inputs, **kwargs)
+
+
 # -- rewrites ---------------------------------------------------------------------------
+
+
+def saved_random_draws(graph: Graph) -> int:
+    """Random ops inside activation-checkpointed regions (`torch.utils.checkpoint`, transformers'
+    gradient_checkpointing_enable) are saved for the backward, not recomputed; returns how many.
+    Recomputed, the partitioner would wrap each in an RNG-state op (`run_and_save_rng_state` /
+    `run_with_rng_state`, or generator inputs on CUDA) that no wire graph can hold, and every graph
+    of a checkpointed model with dropout would fall back. Saving costs the dropout mask (one byte an
+    element) where eager keeps a generator state; the values match eager's recomputation exactly."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    recomputed = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
+    changed = 0
+    for node in graph.nodes:
+        if (node.op == "call_function" and node.meta.get("recompute") in recomputed
+                and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())):
+            for drawn in (node, *(user for user in node.users if user.target is operator.getitem)):
+                drawn.meta["recompute"] = CheckpointPolicy.PREFER_SAVE  # a tuple is saved by its items
+            changed += 1
+    return changed
 
 
 def shape_only_arguments(graph: Graph) -> int:

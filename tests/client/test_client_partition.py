@@ -4,6 +4,8 @@ the low-precision logits and per-row numbers, never fp32 log-probabilities the f
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
@@ -54,8 +56,13 @@ def test_min_cut_saves_the_logits_not_fp32_log_probabilities():
         sum(torch.Size(s).numel() * d.itemsize for s, d in default)
 
 
-def test_the_default_partition_passes_no_partitioner_to_aot_autograd():
-    assert aot_options("save_all") == {"keep_inference_input_mutations": True}
+def test_each_partitioner_is_handed_to_aot_autograd():
+    from torch._functorch.partitioners import default_partition
+
+    from client.partition import save_all_partition
+
+    assert aot_options("save_all") == {"keep_inference_input_mutations": True, "partition_fn": save_all_partition}
+    assert "decompositions" not in aot_options("save_all") and save_all_partition is not default_partition
     options = aot_options("min_cut")
     assert options["partition_fn"] is not None and torch.ops.aten._log_softmax.default in options["decompositions"]
 
@@ -235,3 +242,51 @@ def test_a_repeated_concat_becomes_a_copy_only_where_the_layout_stays():
         assert torch.equal(gm(x.to(memory_format=layout)), fn(x))
         cats = [n for n in gm.graph.nodes if n.target is torch.ops.aten.cat.default]
         assert len(cats) == 1 - expected
+
+
+# -- activation checkpointing --------------------------------------------------------------------
+
+
+def checkpointed_dropout_step(partitioner: str | None):
+    """(output, x's gradient, the op targets of both graphs) of a checkpointed block with two
+    dropouts, compiled through aot_autograd with `partitioner` (None: eager), seeded alike."""
+    from torch.utils.checkpoint import checkpoint
+
+    def block(x, weight):
+        h = F.dropout(torch.relu(x @ weight), p=0.3, training=True)
+        return F.dropout(h.sin() * h, p=0.2, training=True)
+
+    def fn(x, weight):
+        return checkpoint(block, x, weight, use_reentrant=False).sum(-1)
+
+    targets: list = []
+
+    def recording(gm, _):
+        targets.extend(node.target for node in gm.graph.nodes if node.op == "call_function")
+        return gm
+
+    if partitioner is not None:
+        torch._dynamo.reset()
+        fn = torch.compile(fn, backend=aot_autograd(fw_compiler=recording, bw_compiler=recording,
+                                                    **aot_options(partitioner)))
+    torch.manual_seed(3)
+    x, weight = torch.randn(13, 24, requires_grad=True), torch.randn(24, 40, requires_grad=True)
+    torch.manual_seed(4)
+    out = fn(x, weight)
+    out.backward(torch.linspace(-1, 1, 13))
+    return out, x.grad, weight.grad, targets
+
+
+def test_checkpointed_dropout_is_saved_not_recomputed_under_an_rng_state_op():
+    """Recomputed, a checkpointed region's random ops would be wrapped in RNG-state ops no wire
+    graph can hold (every graph of a checkpointed model with dropout fell back to eager); saved,
+    the graphs hold plain ATen ops and the gradients are eager's exactly."""
+    want_out, want_x, want_weight, _ = checkpointed_dropout_step(None)
+    for partitioner in ("min_cut", "save_all"):
+        out, grad_x, grad_weight, targets = checkpointed_dropout_step(partitioner)
+        assert all(isinstance(t, torch._ops.OpOverload) or t is operator.getitem for t in targets), \
+            (partitioner, [t for t in targets if not isinstance(t, torch._ops.OpOverload)])
+        assert sum(t is torch.ops.aten.native_dropout.default for t in targets) == 2, partitioner  # drawn once
+        assert torch.equal(out, want_out), partitioner
+        torch.testing.assert_close(grad_x, want_x, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(grad_weight, want_weight, rtol=1e-5, atol=1e-6)

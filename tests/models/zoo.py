@@ -774,6 +774,18 @@ def float64_reference(model: nn.Module) -> nn.Module:
     return reference
 
 
+def with_checkpointing(model: nn.Module) -> nn.Module:
+    """`model` with activation checkpointing on, switched the way its library offers it
+    (transformers' gradient_checkpointing_enable, non-reentrant; timm's set_grad_checkpointing)."""
+    if hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(model, "set_grad_checkpointing"):
+        model.set_grad_checkpointing(True)
+    else:
+        raise TypeError(f"{type(model).__name__} offers no activation checkpointing switch")
+    return model
+
+
 def make_batch(name: str, size: str = "tiny", seed: int = 0) -> dict[str, torch.Tensor]:
     """Random token ids and labels (language models) or images and classes, on CPU."""
     entry = spec(name)
