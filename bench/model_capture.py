@@ -28,7 +28,9 @@ that are not transformers, forward graphs only: a CNN normalization block (Conv2
 train mode + ReLU, then GroupNorm + SiLU, NCHW) and an optimizer update (a global-norm gradient
 clip, then AdamW with foreach=False and fused=False, in float32). The zoo's held-out models
 (Mistral, GPT-NeoX, BLOOM, OPT, ConvNeXt, EfficientNet, Swin) are sources too, captured only when
-named: they check that the set generalizes and are never part of it.
+named: they check that the set generalizes and are never part of it. So is `<model>_autocast` for
+any zoo or held-out model: float32 weights, the step under torch.autocast to bf16 (mixed precision,
+bench/held_out_autocast).
 """
 
 from __future__ import annotations
@@ -204,16 +206,21 @@ def fake_tensor(shape: Sequence[int], dtype: torch.dtype, mode: FakeTensorMode,
 # ---------------------------------------------------------------------------------
 
 
-def capture_zoo_model(name: str, size: str, channels_last: str = "off") -> list[CapturedGraph]:
-    """Forward, loss and backward of one training step of a zoo model in bf16."""
+def capture_zoo_model(name: str, size: str, channels_last: str = "off", autocast: bool = False) -> list[CapturedGraph]:
+    """Forward, loss and backward of one training step of a zoo model in bf16; with `autocast`,
+    float32 weights and the step under torch.autocast to bf16 (mixed precision)."""
     with torch.device("meta"):
-        model = build(name, size).to(dtype=BF16)
+        model = build(name, size)
+        if not autocast:
+            model = model.to(dtype=BF16)
     mode = FakeTensorMode()
     fake_module(model, mode)
     batch = {key: fake_tensor(value.shape, value.dtype, mode) for key, value in make_batch(name, size).items()}
 
     def step(compiled: Callable) -> None:
-        step_loss(compiled, name, batch).backward()
+        with torch.autocast(CAPTURE_DEVICE, dtype=BF16, enabled=autocast):
+            loss = step_loss(compiled, name, batch)
+        loss.backward()
 
     return captured_graphs(name, run_compiled(step, model, mode, channels_last))
 
@@ -282,8 +289,13 @@ SOURCES: dict[str, Callable[[str, str], list[CapturedGraph]]] = {
 
 
 # The zoo's held-out models (tests/models/zoo.py): captured only when named, never part of bench/cases.
+# "<model>_autocast": any zoo or held-out model trained with mixed precision (float32 weights, the
+# step under autocast to bf16), captured only when named (bench/held_out_autocast).
 HELD_OUT_SOURCES: dict[str, Callable[[str, str], list[CapturedGraph]]] = {
     name: (lambda size, channels_last, name=name: capture_zoo_model(name, size, channels_last)) for name in HELD_OUT}
+HELD_OUT_SOURCES.update({
+    f"{name}_autocast": (lambda size, channels_last, name=name: capture_zoo_model(name, size, channels_last, autocast=True))
+    for name in (*ZOO, *HELD_OUT)})
 
 
 def capture_source(source: str, size: str, channels_last: str = "off") -> list[CapturedGraph]:

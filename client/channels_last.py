@@ -19,7 +19,12 @@ Values are unchanged, strides are not, so the rewrite is kept only where nothing
   any other layout undoes the rewrite).
 
 Which convolutions: "auto" (the default) rewrites those of float16/bfloat16 tensors, or under CUDA
-autocast to those, on a GPU; "on" every 2-d convolution (tests run it on CPU); "off" none.
+autocast to those, on a GPU; "on" every 2-d convolution (tests run it on CPU); "off" none. Autocast is
+either entered inside the compiled code (dynamo's `_enter_autocast` markers in the graph) or around
+the call (`with torch.autocast(...): model(x)`, the usual training loop), where dynamo's graph has no
+marker and the state is read as the backend runs, inside the caller's region. Missing the second
+form left ResNet's stem convolution, reading the float32 images, in NCHW under autocast: its
+BatchNorm, ReLU and max pool ran NCHW, with layout conversions around them.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ def use_channels_last(gm: GraphModule, example_inputs: Sequence[Any], mode: str 
     if mode not in MODES:
         raise ValueError(f"channels_last must be one of {MODES}, not {mode!r}")
     graph = gm.graph
-    half_autocast = _in_half_autocast(graph)
+    half_autocast = _in_half_autocast(graph, _ambient_half_autocast("cuda"))
     convs = [] if mode == "off" else [n for n in graph.nodes if _wanted(n, mode, half_autocast)]
     if not convs or _reads_strides(graph) or any(_symbolic(x) for x in example_inputs):
         return 0
@@ -80,16 +85,23 @@ def _wanted(node: Node, mode: str, half_autocast: set[Node]) -> bool:
     return x.device.type == "cuda" and (x.dtype in HALF or node in half_autocast)
 
 
-def _in_half_autocast(graph: Graph) -> set[Node]:
-    """The nodes of dynamo's graph inside a CUDA autocast region to float16/bfloat16."""
+def _ambient_half_autocast(device_type: str) -> bool:
+    """Whether the code being compiled runs inside the caller's autocast region to float16/bfloat16
+    on `device_type` (dynamo calls the backend within the caller's autocast state)."""
+    return torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) in HALF
+
+
+def _in_half_autocast(graph: Graph, ambient: bool = False, device_type: str = "cuda") -> set[Node]:
+    """The nodes of dynamo's graph inside an autocast region to float16/bfloat16 on `device_type`:
+    the regions the graph enters, and with `ambient` every node outside them (the caller's region)."""
     inside: set[Node] = set()
-    regions: list[bool] = []
+    regions: list[bool] = [ambient]
     for node in graph.nodes:
         name = getattr(node.target, "__name__", "")
         if name == "_enter_autocast":
             args = list(node.args)
-            regions.append(len(args) >= 3 and args[0] == "cuda" and args[1] in HALF and bool(args[2]))
-        elif name == "_exit_autocast" and regions:
+            regions.append(len(args) >= 3 and args[0] == device_type and args[1] in HALF and bool(args[2]))
+        elif name == "_exit_autocast" and len(regions) > 1:
             regions.pop()
         elif regions and regions[-1]:
             inside.add(node)

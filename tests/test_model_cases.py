@@ -429,6 +429,30 @@ def test_the_later_held_out_sets_hold_only_their_models_one_case_per_family(fold
         assert case.moved_bytes == moved_bytes(case.graph, value_layouts(case.graph)), case.name
 
 
+def test_the_mixed_precision_set_holds_new_kernels_of_autocast_steps_only():
+    """bench/held_out_autocast: zoo models (and two held-out ones) trained with float32 weights under
+    autocast to bf16, captured on the GPU (channels-last as "auto") after none of their kernels had been
+    looked at, deduplicated against every other set: none of its cases is in one. Its cases hold what
+    autocast adds: float32 weights cast to bf16 in the forward, gradients cast back to float32."""
+    import zoo
+    from bench.model_cases import family_key, one_per_family
+
+    cases = load_cases(CASES_DIR.parent / "held_out_autocast")
+    sources = {case.source for case in cases}
+    assert len(cases) >= 120 and len(sources) == 8
+    assert all(s.endswith("_autocast") and s.removesuffix("_autocast") in {*zoo.ZOO, *zoo.HELD_OUT} for s in sources)
+    assert all(NAME.match(case.name) for case in cases)
+    others = [f for f in (*EARLIER_SETS, *LATER_HELD_OUT_SETS, "cases") if f != "held_out_autocast"]
+    assert not {case.key for case in cases} & {c.key for f in set(others) for c in load_cases(CASES_DIR.parent / f)}
+    assert len({family_key(case) for case in cases}) == len(cases) and one_per_family(cases, 1 << 20) == cases
+    casts = [case for case in cases if any(
+        node.target == "aten._to_copy.default" and getattr(node.kwargs.get("dtype"), "dtype", None) in ("bfloat16", "float32")
+        for node in case.graph.nodes)]
+    assert len(casts) >= len(cases) // 2
+    for case in cases:
+        assert case.moved_bytes == moved_bytes(case.graph, value_layouts(case.graph)), case.name
+
+
 def test_the_channels_last_set_holds_the_cnns_as_the_backend_compiles_them_on_a_gpu():
     """bench/channels_last: ResNet's and the CNN block's cases captured with convolutions rewritten
     channels-last (--channels-last auto on the GPU), none of them in bench/cases; every

@@ -172,3 +172,29 @@ def test_convolutions_under_cuda_autocast_to_half_precision_are_recognised():
         warnings.simplefilter("ignore", UserWarning)  # CUDA autocast on a machine without CUDA
         torch.compile(fn, backend=backend)(image(1, 3, 5, 5), image(3, 3, 3, 3))
     assert sorted(found.values()) == [False, True]
+
+
+def test_convolutions_inside_the_callers_autocast_region_are_recognised():
+    """Autocast entered around the compiled call (`with torch.autocast(...): model(x)`, as training
+    loops do) leaves no marker in dynamo's graph: the state is read as the backend runs. A region
+    inside the graph that turns autocast off still counts as off."""
+    from client.channels_last import _ambient_half_autocast, _in_half_autocast
+
+    found = {}
+
+    def backend(gm, example_inputs):
+        inside = _in_half_autocast(gm.graph, _ambient_half_autocast("cpu"), device_type="cpu")
+        found.update({n.name: n in inside for n in gm.graph.nodes if n.target is torch.conv2d})
+        return gm.forward
+
+    def fn(x, w):
+        y = F.conv2d(x, w, padding=1)
+        with torch.autocast("cpu", enabled=False):
+            return F.conv2d(y.float(), w, padding=1)
+
+    for ambient in (True, False):
+        torch._dynamo.reset()
+        found.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=ambient):
+            torch.compile(fn, backend=backend)(image(1, 3, 5, 5), image(3, 3, 3, 3))
+        assert sorted(found.values()) == ([False, True] if ambient else [False, False]), (ambient, found)
