@@ -103,7 +103,7 @@ def _in_half_autocast(graph: Graph, ambient: bool = False, device_type: str = "c
             regions.append(len(args) >= 3 and args[0] == device_type and args[1] in HALF and bool(args[2]))
         elif name == "_exit_autocast" and len(regions) > 1:
             regions.pop()
-        elif regions and regions[-1]:
+        elif regions[-1]:
             inside.add(node)
     return inside
 

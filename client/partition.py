@@ -76,11 +76,8 @@ def min_cut_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
     """The joint graph rewritten (module docstring), then split by the min-cut partitioner."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    rewrites = (saved_random_draws, shape_only_arguments, max_pool_offsets, recompute_weight_concats,
-                repeated_concats, outer_products_as_multiplies)
-    if sum(rewrite(joint.graph) for rewrite in rewrites):
-        joint.graph.lint()
-        joint.recompile()
+    _rewrite(joint, (saved_random_draws, shape_only_arguments, max_pool_offsets, recompute_weight_concats,
+                     repeated_concats, outer_products_as_multiplies))
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
@@ -88,9 +85,15 @@ def save_all_partition(joint: GraphModule, joint_inputs: Any, **kwargs: Any):
     """aot_autograd's default partition, after the one rewrite it needs (saved_random_draws)."""
     from torch._functorch.partitioners import default_partition
 
-    if saved_random_draws(joint.graph):
-        joint.recompile()
+    _rewrite(joint, (saved_random_draws,))
     return default_partition(joint, joint_inputs, **kwargs)
+
+
+def _rewrite(joint: GraphModule, rewrites: tuple) -> None:
+    """Runs each rewrite on the joint graph; recompiles it if any changed something."""
+    if sum(rewrite(joint.graph) for rewrite in rewrites):
+        joint.graph.lint()
+        joint.recompile()
 
 
 # -- rewrites ---------------------------------------------------------------------------

@@ -21,9 +21,9 @@ import torch
 import torch.nn as nn
 
 from accuracy import StepResults, accuracy_failures, step_results
-from client.backend import FusewireWarning, backend
+from client.backend import FusewireWarning
 from zoo import build, float64_reference, make_batch, step_loss, with_checkpointing
-from zoo_step import TOKEN
+from zoo_step import zoo_backend
 
 
 def autocast() -> contextlib.AbstractContextManager:
@@ -39,11 +39,6 @@ CASES = [("gpt2", "checkpointing"), ("vit", "checkpointing"), ("llama", "autocas
          ("resnet", "autocast_bf16")]
 
 
-def compiled_backend(url: str, tmp_path):
-    return backend(url=url, token=TOKEN, cache_dir=tmp_path, on_error="raise", timeout_s=240,
-                   options={"eager_random": True})
-
-
 @pytest.mark.parametrize("name,recipe", CASES)
 def test_a_training_recipe_compiles_without_fallback_and_passes_the_accuracy_rule(api_server, tmp_path, name, recipe):
     prepare, context = TRAINING[recipe]
@@ -52,7 +47,7 @@ def test_a_training_recipe_compiles_without_fallback_and_passes_the_accuracy_rul
     with context():
         eager = step_results(prepare(copy.deepcopy(model)), name, batch)
     compiled_model = prepare(copy.deepcopy(model))
-    be = compiled_backend(api_server.url, tmp_path)
+    be = zoo_backend(api_server.url, tmp_path)
     with warnings.catch_warnings(), context():
         warnings.simplefilter("error", FusewireWarning)
         compiled = step_results(compiled_model, name, batch, torch.compile(compiled_model, backend=be))
@@ -78,7 +73,7 @@ def test_evaluation_compiles_one_graph_and_matches_eager(api_server, tmp_path, n
     model.eval()
     reference = StepResults({"loss": evaluation_loss(float64_reference(model), name, batch, False)})
     eager = StepResults({"loss": evaluation_loss(model, name, batch, False)})
-    be = compiled_backend(api_server.url, tmp_path)
+    be = zoo_backend(api_server.url, tmp_path)
     compiled_model = torch.compile(model, backend=be)
     for inference_mode in (False, True):
         with warnings.catch_warnings():
