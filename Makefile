@@ -8,6 +8,7 @@ setup:
 up: setup
 	@.venv/bin/fusewire up
 
-# Run the whole test suite (exit 5, "no tests collected", counts as failure).
+# Run the whole test suite (exit 5, "no tests collected", counts as failure), in two processes
+# (pytest-xdist; the CI machine has two cores): 19 minutes there, against about 26 in one.
 test: setup
-	@TRITON_INTERPRET=1 .venv/bin/python -m pytest -q tests
+	@TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 tests

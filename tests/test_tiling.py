@@ -36,3 +36,33 @@ def test_agreeing_accesses_stay_one_dimensional_and_walk_memory_order():
 def test_small_kernels_are_not_tiled():
     artifact = compile_and_check(lambda a, b: a.t() + b, torch.randn(5, 6), torch.randn(6, 5))
     assert not artifact.manifest["kernels"][0]["config"].get("tiled")
+
+
+@pytest.mark.parametrize("keep_nchw", [False, True])
+def test_a_stride_two_pool_copied_channels_last_gets_a_tiled_kernel(keep_nchw):
+    """A max pool over NCHW input whose output is copied channels-last (ResNet's stem under a
+    layout change): its window loads step two elements along the width, which a tile's rows
+    still read in whole lines, so the transposed store gets a 2D tile."""
+    def fn(x):
+        pooled, indices = torch.ops.aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
+        copy = pooled.contiguous(memory_format=torch.channels_last)
+        return (pooled, indices, copy) if keep_nchw else (copy,)
+
+    artifact = compile_and_check(fn, torch.randn(2, 40, 23, 21))
+    kernels = artifact.manifest["kernels"]
+    assert len(kernels) == 1 and kernels[0]["config"].get("tiled")
+    assert 1 < kernels[0]["rnumel"] < kernels[0]["numel"] * kernels[0]["rnumel"]
+
+
+def test_a_sum_over_a_dim_of_one_element_is_pointwise_and_tiled_when_transposed():
+    """A sum over a size-1 dim reads one element: it lowers to that pointwise value, so a kernel
+    whose accesses disagree on the contiguous dim is 2D-tiled instead of staying a 1D reduction
+    kernel (Mamba-2's backward: heads innermost in one tensor, 256 x 256 blocks in another)."""
+    def fn(a, b):
+        product = (a.permute(0, 2, 1).unsqueeze(-1) * b).sum(-1)
+        return product, torch.exp(a) * 2
+
+    artifact = compile_and_check(fn, torch.randn(3, 17, 40), torch.randn(3, 40, 17, 1))
+    kernels = artifact.manifest["kernels"]
+    assert kernels and all(k["rnumel"] == 1 or k["config"].get("tiled") for k in kernels)
+    assert any(k["config"].get("tiled") for k in kernels)

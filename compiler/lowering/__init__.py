@@ -250,7 +250,8 @@ def lower_call(ctx: LoweringContext, target: str, args: list, kwargs: dict, dept
         ctx.out_meta = out_meta  # the calls above set their own; the caller reads this op's
         if peeled is not None:
             return peeled
-    if registry.always_extern(op) or not ctx.out_meta or _touches_extern_dtypes(ctx, args, kwargs):
+    if registry.always_extern(op) or not ctx.out_meta or _touches_extern_dtypes(ctx, args, kwargs) \
+            or registry.long_scan(target, args, kwargs, ctx.out_meta):
         return _extern(ctx, target, args, kwargs)
     if target in registry.LOWERINGS:
         try:

@@ -38,6 +38,11 @@ def reduction_dims(x: TensorValue, dims: Sequence[int] | int | None) -> list[int
 UNROLLED_REDUCTION = 8
 UNROLL_SMALL_REDUCTIONS = True  # off: every reduction is a reduction kernel (A/B runs, bench/switch_ab.py)
 UNROLL_CAT_PIECES = True  # off: a small reduction a cat reads unrolls only where its rows lie apart
+# A reduction over one element (a sum over a dim of size 1) is always the pointwise value it reads:
+# as a reduction kernel it could not be 2D-tiled, and Mamba-2's backward of a sum over its size-1
+# dim read and wrote [4, 32, 4, 256, 256] float32 tensors 32 heads apart in a 1D kernel: 573.7 us,
+# 202.9 as a tiled pointwise kernel (Inductor 196.6; H200, 2026-11-28, bench/switch_ab.py).
+ONE_ELEMENT_POINTWISE = True
 _UNROLLED_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
 
 
@@ -66,8 +71,9 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
         return ops.to_dtype(x.load(ops, full), cast_to)
 
     count = math.prod(reduction_ranges)
+    single = count == 1 and ONE_ELEMENT_POINTWISE
     if UNROLL_SMALL_REDUCTIONS and reduction_type in _UNROLLED_COMBINE and 0 < count <= UNROLLED_REDUCTION \
-            and not out_dtypes and (_read_by_cat(ctx) or _rows_lie_apart(body, ranges, reduction_ranges)):
+            and not out_dtypes and (single or _read_by_cat(ctx) or _rows_lie_apart(body, ranges, reduction_ranges)):
         outputs = [_unrolled(body, ranges, reduction_ranges, _UNROLLED_COMBINE[reduction_type], accumulate_dtype)]
     else:
         outputs = ctx.reduce(ranges, reduction_ranges, reduction_type, body, out_dtypes or [accumulate_dtype])

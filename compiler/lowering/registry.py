@@ -24,6 +24,25 @@ _EXTERN_PREFIXES = ("aten._scaled_dot_product_", "aten._flash_attention", "aten.
                     "aten._cudnn_attention", "aten._fused_sdp")
 
 
+# Scans: PyTorch decomposes cumsum and cumprod into a sum (a product) under a triangular mask, so a
+# row of n elements costs n loads per element. Short rows stay in kernels, fused with their
+# neighbours; longer ones run as ATen calls. Mamba-2's chunked scans (rows of 256, 4 x 32 x 4 x 256 x
+# 256 float32) took 1.9-2.5 ms as masked sums, 0.11-0.12 ms in Inductor's scan kernels (H200,
+# 2026-11-28). A scan kernel of our own (tl.associative_scan) is not written yet.
+SCANS = frozenset({"aten.cumsum.default", "aten.cumprod.default"})
+SCAN_KERNEL_MAX_LENGTH = 16
+LONG_SCANS_EXTERN = True
+
+
+def long_scan(target: str, args: list, kwargs: dict, out_meta: list) -> bool:
+    """Whether the op is a scan along more than SCAN_KERNEL_MAX_LENGTH elements (an ATen call)."""
+    if not LONG_SCANS_EXTERN or target not in SCANS or not out_meta or out_meta[0] is None:
+        return False
+    shape = out_meta[0].shape
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+    return len(shape) > 0 and shape[dim] > SCAN_KERNEL_MAX_LENGTH
+
+
 def always_extern(op: Any) -> bool:
     """Whether the op runs as an ATen call whatever lowerings exist. Random ops (tagged
     nondeterministic_seeded: dropout, bernoulli, rand...) do, so that a compiled graph draws

@@ -35,7 +35,8 @@ def _inputs(case: str) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("fn, case", [(max_pool, "contiguous"), (max_pool, "offset view"),
-                                      (halving_pool, "contiguous")], ids=str)
+                                      (halving_pool, "contiguous")],
+                         ids=lambda value: getattr(value, "__name__", str(value)))
 def test_every_paired_candidate_matches_eager(fn, case):
     inputs = _inputs(case)
     eager = fn(*inputs)

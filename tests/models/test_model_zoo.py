@@ -36,7 +36,8 @@ MODELS = list(ZOO)
 # TResNet, MaxViT, Inception-v3, CoaT; and a fifth (zoo.HELD_OUT_5): Mixtral, Cohere, Persimmon, ALBERT,
 # EVA-02, SK-ResNet, Res2Net, FocalNet, CSPDarknet; and a sixth (zoo.HELD_OUT_6): Qwen3, DiffLlama, ModernBERT,
 # FNet (its Fourier transforms run as ATen calls on complex tensors), LFM2, MViT-v2, EfficientViT, Hiera,
-# ECA-ResNet
+# ECA-ResNet; and a seventh (tests/models/zoo_held_out_7.py): DeepSeek-V3, Mamba-2, GLM-4, ConvBERT, MobileBERT,
+# Switch Transformers, Sequencer2D, FastViT, GC ViT, DPN
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight
@@ -74,7 +75,10 @@ def test_training_step_compiles_without_fallback_and_passes_the_accuracy_rule(tr
     reference, eager, compiled, stats = trained(name)
     assert stats.get("fallbacks", 0) == 0, stats
     assert stats["graphs"] >= 2, stats  # a forward and a backward graph at least
-    assert stats.get("compiles", 0) + stats.get("remote_hits", 0) >= stats["graphs"], stats
+    # every graph was compiled or served; one seen earlier in the process (Sequencer's blocks between
+    # the LSTMs dynamo leaves to eager repeat) comes from the local cache
+    served = stats.get("compiles", 0) + stats.get("remote_hits", 0) + stats.get("local_hits", 0)
+    assert served >= stats["graphs"], stats
     failures = accuracy_failures(reference, eager, compiled)
     assert not failures, "\n".join(failures)
     if name in PROJECTS_ONE_INPUT_SEVERAL_TIMES:  # their q/k/v (and gate/up) ran as one GEMM each

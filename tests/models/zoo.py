@@ -747,6 +747,11 @@ HELD_OUT_6: dict[str, Spec] = {
 }
 HELD_OUT.update(HELD_OUT_6)
 
+from zoo_held_out_7 import HELD_OUT_7  # noqa: E402  (a seventh group, in its own module; it uses the helpers above)
+
+HELD_OUT.update(HELD_OUT_7)
+
+
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
     if name in ZOO:
