@@ -154,11 +154,15 @@ def run_compiled(step: Callable[[Callable], None], compiled_of: Any, mode: Conte
     Dynamo's own decompositions are off: with them, `addcmul_`/`addcdiv_` with a value (AdamW's
     second moment) become `prims.fma`, a prim that torch._inductor registers and the wire format
     has no schema for, so the backend would run such a graph eagerly. Without them the same update
-    is `aten.addcmul`. No other source here changes."""
+    is `aten.addcmul`. No other source here changes.
+
+    Shapes are static (`dynamic=False`): where graph breaks make dynamo compile a frame again
+    (Sequencer2D's blocks between the LSTMs it leaves to eager), its automatic dynamic shapes would
+    give the second compile SymInt inputs, and such graphs cannot be cut into cases."""
     recorder = GraphRecorder(channels_last)
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(compiled_of, backend=recorder)
+        compiled = torch.compile(compiled_of, backend=recorder, dynamic=False)
         with mode, torch._dynamo.config.patch(enable_dynamo_decompositions=False):
             step(compiled)
     finally:
