@@ -20,7 +20,7 @@ import zoo
 def _deepseek_v3(size: str) -> nn.Module:
     """DeepSeek-V3: queries and keys/values through low-rank latents with their RMSNorms, rotary on
     a part of each head, the first layer dense and the second a mixture of 4 routed experts (sigmoid
-    scores, top 2 of 2 groups) beside a shared one."""
+    scores, each token's top 2 taken from the better of 2 groups of experts) beside a shared one."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     dims = zoo._lm_dims(size, hidden_size=1024, intermediate_size=2048, num_attention_heads=16)
