@@ -286,9 +286,13 @@ def compare(got: list, expected: list, graph_eager: list, reference: list | None
 
 
 def _as_real_pairs(t: Any) -> Any:
+    """A complex tensor as (real, imaginary) float pairs; a conjugate view (eager's inverse FFTs of
+    real input return one) is resolved first, as view_as_real refuses it."""
     import torch
 
-    return torch.view_as_real(t.to(torch.complex64) if t.dtype == torch.complex32 else t) if t.is_complex() else t
+    if not t.is_complex():
+        return t
+    return torch.view_as_real((t.to(torch.complex64) if t.dtype == torch.complex32 else t).resolve_conj())
 
 
 def _rmse(a: Any, b: Any) -> float:

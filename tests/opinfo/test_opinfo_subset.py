@@ -26,7 +26,7 @@ FUSED = [  # every sample: correct, and one kernel group or more with no extern 
     "nn.functional.avg_pool2d",
 ]
 CORRECT = [  # every sample correct, ATen calls allowed: each was once wrong or crashed in the sweep
-    "nn.functional.linear_cross_entropy", "quantile", "nanquantile", "fft.rfft", "fft.ihfft2", "linalg.inv",
+    "nn.functional.linear_cross_entropy", "quantile", "nanquantile", "fft.rfft", "fft.ifft", "fft.ihfft2", "linalg.inv",
     "diagonal", "stft", "_native_batch_norm_legit", "_batch_norm_with_update", "nn.functional.embedding_bag",
     "index_select", "index_add", "scatter", "prod", "nn.functional.embedding", "pow",
     "nn.functional.feature_alpha_dropout.with_train", "bernoulli", "linalg.cond", "linalg.vector_norm",
