@@ -9,6 +9,7 @@ up: setup
 	@.venv/bin/fusewire up
 
 # Run the whole test suite (exit 5, "no tests collected", counts as failure), in two processes
-# (pytest-xdist; the CI machine has two cores): 19 minutes there, against about 26 in one.
+# (pytest-xdist; the CI machine has two cores): 18-19 minutes there; in one process the suite took
+# 23:40 before the seventh held-out group's model tests were added.
 test: setup
 	@TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 tests

@@ -5,9 +5,9 @@ A pointwise group's flat iteration space N is split as Y x X at a boundary of it
 anchor's dims (compiler/pointwise_order.py takes another order only where no tile is
 needed); the kernel then walks [XBLOCK, RBLOCK] tiles with `xindex` over Y and `rindex`
 over X. A split is a candidate when every access to memory is contiguous along one of the
-two tile axes (or steps two elements along it: a stride-2 pool's window) and both axes have
-some (buffers kept in registers move no bytes and have no say); the candidate with the most
-coalesced bytes wins. A group with no such split keeps its 1D kernel.
+two tile axes (or steps at most two elements either way along it: a stride-2 pool's window,
+a flipped copy) and both axes have some (buffers kept in registers move no bytes and have no
+say); the candidate with the most coalesced bytes wins. A group with no such split keeps its 1D kernel.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from compiler.indexing import RINDEX, XINDEX
 from compiler.loop_mapping import GroupMapping, memory_order
 
 MIN_TILED_NUMEL = 1024
-# An access that steps two elements along a tile axis (a stride-2 pool's window) still reads whole
-# cache lines along it, as its window's other loads fill the gaps: it votes for that axis. Off, it
-# vetoes tiling, and an NCHW max pool whose output is copied channels-last stayed a 1D kernel storing
-# 64 or 192 elements apart. H200, 2026-11-28 (bench/switch_ab.py, the 2 cases it changes in all 16
-# sets): ResNet's 32 x 64 x 112 x 112 pool 111.1 -> 45.8 us (Inductor 102.2), MViT-v2's
-# 32 x 192 x 56 x 56 63.6 -> 41.0 us (Inductor 130.2).
+# An access that is not contiguous along either tile axis but steps at most two elements either way
+# along one (a stride-2 pool's window, a flipped copy) still reads whole cache lines along it, as a
+# window's other loads fill the gaps: it votes for that axis. Off, it vetoes tiling, and an NCHW
+# max pool whose output is copied channels-last stayed a 1D kernel storing 64 or 192 elements apart.
+# H200, 2026-11-28 (bench/switch_ab.py, the 2 cases it changes in all 16 sets): ResNet's
+# 32 x 64 x 112 x 112 pool 111.1 -> 45.8 us (Inductor 102.2), MViT-v2's 32 x 192 x 56 x 56
+# 63.6 -> 41.0 us (Inductor 130.2).
 STRIDED_WINDOWS_VOTE = True
 NEAR_STEP = 2
 MAX_GRID_Y = 65535

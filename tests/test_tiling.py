@@ -51,7 +51,7 @@ def test_a_stride_two_pool_copied_channels_last_gets_a_tiled_kernel(keep_nchw):
     artifact = compile_and_check(fn, torch.randn(2, 40, 23, 21))
     kernels = artifact.manifest["kernels"]
     assert len(kernels) == 1 and kernels[0]["config"].get("tiled")
-    assert 1 < kernels[0]["rnumel"] < kernels[0]["numel"] * kernels[0]["rnumel"]
+    assert kernels[0]["numel"] > 1 and kernels[0]["rnumel"] > 1  # a tile with two real axes
 
 
 def test_a_sum_over_a_dim_of_one_element_is_pointwise_and_tiled_when_transposed():
