@@ -4,7 +4,11 @@ a boolean switch on and then off, and the cases whose kernel sources differ are 
 comma-separated names per case folder, ready for bench/switch_ab.py. A change that only
 autotuning or benchmark-driven fusion would see is not found.
 
+Several switches (comma-separated) are censused in one pass: a case is generated with every switch
+as shipped and with every one flipped, and only where those differ with each flipped alone.
+
     python3 bench/census.py compiler.split_reductions.EXACT_CHUNKS [dir,dir...] [--json changed.json]
+    python3 bench/census.py mod.A,mod.B [dir,dir...] [--json changed.json]  # {switch: {dir: names}}
 """
 
 from __future__ import annotations
@@ -48,34 +52,52 @@ def resolve_switch(switch: str) -> tuple[ModuleType, str]:
 def changed_cases(switch: str, folder: Path, wanted: list[str] | None = None) -> list[str]:
     """Names of the cases of `folder` whose sources differ with `switch` (module.ATTR) on and off;
     the switch is put back afterwards."""
-    module, attribute = resolve_switch(switch)
-    shipped = getattr(module, attribute)
-    changed = []
+    return changed_by_each([switch], folder, wanted)[switch]
+
+
+def changed_by_each(switches: list[str], folder: Path, wanted: list[str] | None = None) -> dict[str, list[str]]:
+    """For each switch, the cases of `folder` whose sources differ with it flipped alone. A case that
+    every switch flipped at once leaves unchanged is taken as unchanged by each (a census of several
+    switches then costs two generations for most cases). The switches are put back afterwards."""
+    resolved = [resolve_switch(switch) for switch in switches]
+    shipped = [getattr(module, attribute) for module, attribute in resolved]
+
+    def digest_with(flipped: list[bool], case: Case) -> str:
+        for (module, attribute), value, flip in zip(resolved, shipped, flipped):
+            setattr(module, attribute, value != flip)
+        return source_digest(case)
+
+    changed: dict[str, list[str]] = {switch: [] for switch in switches}
     try:
         for case in load_cases(folder, wanted=wanted):
-            digests = set()
-            for value in (True, False):
-                setattr(module, attribute, value)
-                digests.add(source_digest(case))
-            if len(digests) > 1:
-                changed.append(case.name)
+            as_shipped = digest_with([False] * len(switches), case)
+            if len(switches) > 1 and digest_with([True] * len(switches), case) == as_shipped:
+                continue
+            for i, switch in enumerate(switches):
+                if digest_with([j == i for j in range(len(switches))], case) != as_shipped:
+                    changed[switch].append(case.name)
     finally:
-        setattr(module, attribute, shipped)
+        for (module, attribute), value in zip(resolved, shipped):
+            setattr(module, attribute, value)
     return changed
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("switch", help="a boolean module attribute, e.g. compiler.split_reductions.EXACT_CHUNKS")
+    parser.add_argument("switch", help="a boolean module attribute, e.g. compiler.split_reductions.EXACT_CHUNKS, "
+                                       "or several, comma-separated")
     parser.add_argument("folders", nargs="?", help="case folders, comma-separated (default: bench/cases)")
-    parser.add_argument("--json", help="also write {folder: [names]} here")
+    parser.add_argument("--json", help="also write {folder: [names]} here ({switch: {folder: [names]}} for several)")
     args = parser.parse_args(argv)
-    found = {}
+    switches = args.switch.split(",")
+    found: dict[str, dict[str, list[str]]] = {switch: {} for switch in switches}
     for folder in case_dirs(args.folders):
-        changed = found[str(folder)] = changed_cases(args.switch, folder)
-        print(f"{folder} ({len(changed)}): {','.join(changed)}", flush=True)
+        for switch, changed in changed_by_each(switches, folder).items():
+            found[switch][str(folder)] = changed
+            label = f"{switch} " if len(switches) > 1 else ""
+            print(f"{label}{folder} ({len(changed)}): {','.join(changed)}", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(found, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(found if len(switches) > 1 else found[switches[0]], indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -137,6 +137,6 @@ def extract_read_writes(node: Node) -> ReadWrites:
     node.body(recorder, index, rindex)
     writes: set[Dep] = set()
     for store in node.stores:
-        out_index = store.layout.index(index)
+        out_index = node.store_index(store, index, rindex)
         writes.add(MemoryDep(store.buffer.name, sympy.expand(out_index), node.ranges + node.reduction_ranges))
     return ReadWrites(recorder.reads, writes, recorder.index_bounds)

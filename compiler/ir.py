@@ -22,6 +22,9 @@ import sympy
 from compiler.graph import ITEMSIZES
 from compiler.indexing import Expr
 
+# Scans: the running sum or product along a row (the reduction ranges), stored at every element.
+SCAN_TYPES = frozenset({"cumsum", "cumprod"})
+
 Body = Callable[..., Any]  # body(ops, index: list[Expr], rindex: list[Expr]) -> value (or tuple of values)
 
 
@@ -108,12 +111,23 @@ class ComputeNode:
     reduction_ranges: tuple[int, ...]
     body: Body
     stores: list[Store]
-    reduction_type: str | None = None  # sum, prod, max, min, argmax, argmin, any, welford
+    reduction_type: str | None = None  # sum, prod, max, min, argmax, argmin, any, welford; or a scan
     origins: list[str] = field(default_factory=list)  # wire node names this came from
 
     @property
     def is_reduction(self) -> bool:
         return self.reduction_type is not None
+
+    @property
+    def is_scan(self) -> bool:
+        """A scan (cumsum, cumprod) keeps every element of its rows: one result per (index, rindex)
+        point, the running total up to it. It runs as a reduction kernel does, over rows."""
+        return self.reduction_type in SCAN_TYPES
+
+    def store_index(self, store: Store, index: Sequence[Expr], rindex: Sequence[Expr]) -> Expr:
+        """Where the result at (index, rindex) lands in `store`: a scan's stores are laid out over the
+        node's ranges followed by its reduction ranges, a reduction's over its ranges only."""
+        return store.layout.index(list(index) + list(rindex) if self.is_scan else index)
 
     @property
     def numel(self) -> int:

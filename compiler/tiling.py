@@ -34,6 +34,11 @@ MIN_TILED_NUMEL = 1024
 # 63.6 -> 41.0 us (Inductor 130.2).
 STRIDED_WINDOWS_VOTE = True
 NEAR_STEP = 2
+# An access whose address stays put for most steps along one tile axis (Mamba-2's per-head gate,
+# read at channel // 64 along a [4 x 1024] x 2176 kernel's channels) reads one element for runs
+# along it, as a broadcast does: it abstains. As a veto it kept Mamba-2's gate backward, which reads
+# a [4, 2176, 1027] convolution output across its rows, a 1D kernel loading 1027 elements apart.
+REPEATS_ABSTAIN = True
 MAX_GRID_Y = 65535
 TILE = 64
 
@@ -89,9 +94,12 @@ def _coalesced_bytes(nodes: list, tiled: GroupMapping, read_writes: dict[str, Re
         if RINDEX not in index.free_symbols:
             continue  # the same element for a whole row of the tile (a broadcast): no vote
         step_x, step_r = unit_steps(index, tiled.numel, tiled.rnumel)
-        if not (step_x or step_r) and STRIDED_WINDOWS_VOTE:
+        if not (step_x or step_r) and (STRIDED_WINDOWS_VOTE or REPEATS_ABSTAIN):
             far_x, far_r = median_steps(index, tiled.numel, tiled.rnumel)
-            step_r, step_x = 0 < far_r <= NEAR_STEP, 0 < far_x <= NEAR_STEP
+            if REPEATS_ABSTAIN and 0 in (far_x, far_r):
+                continue  # one element for runs along an axis (a per-group scale): as a broadcast, no vote
+            if STRIDED_WINDOWS_VOTE:
+                step_r, step_x = 0 < far_r <= NEAR_STEP, 0 < far_x <= NEAR_STEP
         if step_r:
             along_r += itemsize[dep.buffer]
         elif step_x:

@@ -92,13 +92,14 @@ def test_cumsum():
 
 
 @pytest.mark.parametrize("dim", [-1, 1])
-def test_a_long_scan_runs_as_an_aten_call_and_its_neighbours_stay_kernels(dim):
-    """A masked sum costs a row's length per element: past SCAN_KERNEL_MAX_LENGTH the scan is an
-    ATen call; the pointwise work before and after it still compiles to kernels (Mamba-2's
-    segment sums: a masked fill, a cumsum along a non-innermost dim, an exp)."""
-    from compiler.lowering.registry import SCAN_KERNEL_MAX_LENGTH
+def test_long_scans_as_aten_calls_keep_their_neighbours_in_kernels(dim, monkeypatch):
+    """SCAN_KERNELS off (the A/B switch that puts back the old rule): a scan past
+    SCAN_KERNEL_MAX_LENGTH is an ATen call; the pointwise work before and after it still compiles to
+    kernels (Mamba-2's segment sums: a masked fill, a cumsum along a non-innermost dim, an exp)."""
+    from compiler.lowering import registry
 
-    n = SCAN_KERNEL_MAX_LENGTH + 7
+    monkeypatch.setattr(registry, "SCAN_KERNELS", False)
+    n = registry.SCAN_KERNEL_MAX_LENGTH + 7
     mask = torch.rand(n, n) > 0.3
 
     def fn(v):
@@ -110,11 +111,12 @@ def test_a_long_scan_runs_as_an_aten_call_and_its_neighbours_stay_kernels(dim):
     assert len(result.kernels) >= 2
 
 
-def test_a_scan_at_the_length_limit_stays_a_kernel():
+def test_a_scan_at_the_length_limit_keeps_the_decomposition():
+    """Short rows keep PyTorch's masked sums, which unroll into pointwise work (no scan kernel)."""
     from compiler.lowering.registry import SCAN_KERNEL_MAX_LENGTH
 
     result = check(lambda v: torch.cumsum(v, 1).exp(), rand((5, SCAN_KERNEL_MAX_LENGTH, 3)))
-    assert not result.externs
+    assert not result.externs and "tl.cumsum" not in result.kernel_sources
 
 
 def test_reduce_over_reduced():

@@ -541,6 +541,17 @@ def test_census_lists_the_cases_whose_sources_a_switch_changes_and_puts_the_swit
     assert split_reductions.EXACT_CHUNKS is True
 
 
+def test_a_census_of_several_switches_lists_each_ones_cases():
+    from bench.census import changed_by_each
+    from compiler import split_reductions, tiling
+
+    folder = CASES_DIR.parent / "held_out_channels_last"
+    switches = ["compiler.split_reductions.EXACT_CHUNKS", "compiler.tiling.STRIDED_WINDOWS_VOTE"]
+    changed = changed_by_each(switches, folder, wanted=["convnext_bw_sum_25088x768", "convnext_fw_gelu_32x28x28x768"])
+    assert changed == {switches[0]: ["convnext_bw_sum_25088x768_bf16"], switches[1]: []}
+    assert split_reductions.EXACT_CHUNKS is True and tiling.STRIDED_WINDOWS_VOTE is True
+
+
 def test_shards_split_a_case_set_into_disjoint_parts_that_cover_it():
     from bench.kernels import parse_shard, selected_runs
 

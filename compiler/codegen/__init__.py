@@ -228,5 +228,7 @@ def _write_kernel(group: KernelGroup, schedule: Schedule, dtypes: dict[str, str]
 
 def _row_windows(group: KernelGroup, config: dict) -> bool:
     """Whether a looped row may walk aligned windows (kernel.ROW_ALIGN): not across columns, nor in
-    a block of rows whose accesses are contiguous across them, which each row's own shift would break."""
-    return not config.get("outer") and not (row_order.OWN_ORDER_ROW_BLOCK and group.row_block > 1)
+    a block of rows whose accesses are contiguous across them, which each row's own shift would break,
+    nor under a scan, whose running totals are stored at the row's own positions."""
+    return not config.get("outer") and not (row_order.OWN_ORDER_ROW_BLOCK and group.row_block > 1) \
+        and not any(n.is_scan for n in group.nodes)

@@ -35,9 +35,9 @@ def place_nodes(group: KernelGroup, read_writes: dict[str, ReadWrites],
         if node.name in partner_of:
             spot = position[partner_of[node.name]]
         position[node.name] = spot
-        for buffer in read_writes[node.name].write_buffers():
-            available[buffer] = spot + 1 if node.is_reduction else spot
-    last = max(position.values()) + (1 if any(n.is_reduction for n in group.nodes) else 0)
+        for buffer in read_writes[node.name].write_buffers():  # a scan's running totals are ready in its loop
+            available[buffer] = spot + 1 if node.is_reduction and not node.is_scan else spot
+    last = max(position.values()) + (1 if any(n.is_reduction and not n.is_scan for n in group.nodes) else 0)
     return [("r" if i % 2 else "x", [n for n in group.nodes if position[n.name] == i]) for i in range(last + 1)]
 
 
@@ -73,6 +73,10 @@ def write_group(writer: KernelWriter, group: KernelGroup, read_writes: dict[str,
                 for store in node.stores:
                     writer.store_after_rows(store.buffer.name, store.layout.index(index),
                                             writer.reduce_columns(node.reduction_type, value, value.dtype))
+            elif node.is_scan:
+                result = writer.scan(node.reduction_type, value)
+                for store in node.stores:
+                    writer.store(store.buffer.name, node.store_index(store, index, rindex), result)
             elif node.is_reduction:
                 accumulate = "float32" if node.reduction_type == "welford" and value.dtype != "float64" else value.dtype
                 pending_reductions.append((node, writer.reduce(node.reduction_type, value, accumulate)))

@@ -39,6 +39,10 @@ ROW_ALIGN = 16
 # passes over the lanes were 3-6 % slower on BatchNorm statistics of 4096-8192 lanes (1.002x over 30
 # cases; H100, 2026-11-27): cuda targets keep the fold. Off: the fold everywhere (A/B runs).
 WELFORD_LANES_BY_SUMS = True
+# A value this kernel stored serves a masked read of it from registers too (the mask only picks the
+# lanes that use it): a slice_scatter into the result of another, its base masked to the positions it
+# keeps (lowering/shapes.py MASKED_SCATTER_BASE), read the first one back from memory.
+REUSE_UNDER_MASKS = True  # off: masked reads go to memory (A/B runs, bench/switch_ab.py)
 RPOS = sympy.Symbol("rpos", integer=True, nonnegative=True)  # a lane's position in its aligned row window
 PID = sympy.Symbol("pid", integer=True, nonnegative=True)  # a mixed-order kernel's program id
 
@@ -262,7 +266,7 @@ class KernelWriter(TritonMathOps):
         offset = self._index_text(index)
         key = self._stored_key(buffer, offset)
         stored = self._stored.get(key)
-        if stored is not None and self._visible(stored[1]) and not self._masks:
+        if stored is not None and self._visible(stored[1]) and (REUSE_UNDER_MASKS or not self._masks):
             return stored[0]
         recompute = self._recompute.get(key)
         if recompute is not None and not self._masks:
@@ -587,6 +591,27 @@ class KernelWriter(TritonMathOps):
         if kind == "welford":
             return self._welford_looped(value, acc, dtype)
         raise CodegenError(f"reduction type {kind}")
+
+    def scan(self, scan_type: str, value: Var) -> Var:
+        """The running sum or product of `value` along the row up to each element ([XBLOCK, RBLOCK]).
+        A looped kernel carries each row's total from one step of its loop to the next."""
+        if self.portable_math and value.dtype == "float32":  # as eager's CPU scans: totals in float64
+            return self.to_dtype(self.scan(scan_type, self.to_dtype(value, "float64")), "float32")
+        dtype = value.dtype
+        identity = "0" if scan_type == "cumsum" else ("1.0" if is_float(dtype) else "1")
+        masked = self.emit(f"tl.where(rxmask, {value}, {identity})", dtype)
+        within = f"tl.{scan_type}({masked}, 1)"
+        if self.persistent:
+            return self.emit(within, dtype)
+        carry, result = self._fresh("carry"), Var(self._fresh(), dtype)
+        self.setup.append(f"{carry} = tl.full([XBLOCK, 1], {identity}, {TL_DTYPES[dtype]})")
+        if scan_type == "cumsum":
+            combine, total = "+", f"tl.sum({masked}, 1)[:, None]"
+        else:
+            self.helpers.add("prod")
+            combine, total = "*", f"tl.reduce({masked}, 1, _fw_prod_combine)[:, None]"
+        self.section.lines += [f"{result.name} = {carry} {combine} {within}", f"{carry} = {carry} {combine} {total}"]
+        return result
 
     def online_softmax(self, value: Var, dtype: str) -> tuple[Var, Var]:
         """(row max, row sum of exp(value - max)) in one looped pass, one exponential per element:

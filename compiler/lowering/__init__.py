@@ -29,7 +29,7 @@ from compiler.fx_import import ConversionError, constant_tensor, from_arg, from_
 from compiler.gc_pause import paused_gc
 from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref, refs_in
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
-from compiler.lowering import convolution_bias, registry
+from compiler.lowering import contractions, convolution_bias, registry
 from compiler.lowering.composite import outer_product
 from compiler.lowering.concatenation import cat_pieces, cats_materialized
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
@@ -40,7 +40,7 @@ from compiler.lowering.padding import MATMUL_OPS, matmul_operands, pad_matmul, p
 from compiler.lowering.values import Lazy, StorageView, TensorValue, compute_dtype
 
 # The modules below fill registry.LOWERINGS when imported.
-from compiler.lowering import pointwise, reductions, shapes, composite, indexing, pooling, random  # noqa: F401,E402
+from compiler.lowering import pointwise, reductions, shapes, composite, indexing, pooling, random, scans  # noqa: F401,E402
 
 __all__ = ["lower", "LoweringError"]
 
@@ -60,6 +60,7 @@ def lower(graph: Graph, limits: WorkLimits | None = None, eager_random: bool = T
     ctx.layout_free = layout_free_nodes(graph, ctx.graph_outputs) - set(padded)
     ctx.materialized_cats = cats_materialized(graph, ctx.graph_outputs)
     ctx.cat_pieces = cat_pieces(graph)
+    ctx.contractions = contractions.contraction_sums(graph, ctx.graph_outputs)
     ctx.writes_in_place = any(_mutated_arguments(resolve_op(node.target)) for node in graph.nodes)
     env: dict[str, Any] = {}
     for i, spec in enumerate(graph.inputs):
@@ -118,7 +119,9 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
                 eager_args = ([_eager_arg(ctx, a, env) for a in node.args],
                               {k: _eager_arg(ctx, v, env) for k, v in node.kwargs.items()})
         try:
-            result = lower_call(ctx, node.target, args, kwargs, depth, eager_args)
+            result = _contraction(ctx, node, args, kwargs, env) if depth == 0 and node.name in ctx.contractions else None
+            if result is None:
+                result = lower_call(ctx, node.target, args, kwargs, depth, eager_args)
         except (LoweringError, ConversionError, LimitExceeded):
             raise
         except Exception as exc:  # a lowering bug must name the node, not crash anonymously
@@ -131,6 +134,18 @@ def _lower_nodes(ctx: LoweringContext, graph: Graph, env: dict[str, Any], depth:
         first = node.args[0] if node.args else None
         if isinstance(first, Ref) and first.index is None and torch.Tag.inplace_view in resolve_op(node.target).tags:
             env[first.ref] = env[node.name]  # x.squeeze_() changed x itself: later reads of x see the new view
+
+
+def _contraction(ctx: LoweringContext, node: Any, args: list, kwargs: dict, env: dict[str, Any]) -> Any:
+    """A sum over a product as a batched matmul (lowering/contractions.py), or None."""
+    ctx.out_meta = _meta_outputs(ctx, resolve_op(node.target), args, kwargs)
+    out_meta = ctx.out_meta
+    a, b = (_wire_arg(x, env) for x in ctx.contractions[node.name].args[:2])
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    result = contractions.as_matmul(a, b, dims, ctx.out_size, ctx.out_dtype,
+                                    lambda target, call_args: lower_call(ctx, target, call_args, {}, 1))
+    ctx.out_meta = out_meta  # the bmm's lowering set its own; _finish reads the sum's
+    return result
 
 
 def _count_users(graph: Graph) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """The state a lowering function works with: the program being built, buffer names,
-the current node's output metadata, and the three ways to make data real:
-`realize` (a pointwise loop nest), `reduce` (a reduction loop nest) and `extern`."""
+the current node's output metadata, and the ways to make data real: `realize` (a
+pointwise loop nest), `reduce` (a reduction loop nest), `scan` (a running sum or product
+along rows) and `extern`."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class LoweringContext:
     graph_outputs: set[str] = field(default_factory=set)  # wire nodes that are graph outputs or viewed by one
     layout_free: set[str] = field(default_factory=set)  # wire nodes a layout may be chosen for (layout_choice.py)
     writes_in_place: bool = False  # some node of the graph writes into a tensor (x.add_(y), copy_)
+    contractions: dict[str, Any] = field(default_factory=dict)  # sum node -> its mul node (contractions.py)
     cat_pieces: set[str] = field(default_factory=set)  # wire nodes a cat reads as a piece (concatenation.py)
     constant_buffers: dict[str, Any] = field(default_factory=dict)  # buffer -> the value stored in all of it
     materialized_cats: set[str] = field(default_factory=set)  # cats stored in memory whatever fuses (concatenation.py)
@@ -136,6 +138,20 @@ class LoweringContext:
             body=body, stores=stores, reduction_type=reduction_type, origins=[self.origin],
         ))
         return [StorageView(s.buffer, s.layout) for s in stores]
+
+    def scan(self, size: Sequence[int], dim: int, scan_type: str, body: Callable, dtype: str) -> StorageView:
+        """A scan (compiler.ir.SCAN_TYPES) along `dim` of a tensor of `size`, into a new contiguous
+        buffer of `dtype`. `body(ops, index, rindex)` gives the element at (the other dims, `dim`)."""
+        layout = Layout.contiguous(size, dtype)
+        kept = [d for d in range(len(size)) if d != dim]
+        # the store is indexed by the node's ranges (the other dims), then its one reduction range
+        by_loops = Layout(tuple(size[d] for d in kept + [dim]), tuple(layout.stride[d] for d in kept + [dim]), 0, dtype)
+        buffer = self.new_buffer(layout)
+        self.program.nodes.append(ComputeNode(
+            name=f"op{len(self.program.nodes)}", ranges=tuple(size[d] for d in kept), reduction_ranges=(size[dim],),
+            body=body, stores=[Store(buffer, by_loops)], reduction_type=scan_type, origins=[self.origin],
+        ))
+        return StorageView(buffer, layout)
 
     def random_seed(self) -> tuple[str, int]:
         """(buffer, position) of a fresh int64 seed for one random op. One ATen randint per graph call

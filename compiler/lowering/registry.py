@@ -25,19 +25,20 @@ _EXTERN_PREFIXES = ("aten._scaled_dot_product_", "aten._flash_attention", "aten.
 
 
 # Scans: PyTorch decomposes cumsum and cumprod into a sum (a product) under a triangular mask, so a
-# row of n elements costs n loads per element. Short rows stay in kernels, fused with their
-# neighbours; longer ones run as ATen calls. Mamba-2's chunked scans (rows of 256, 4 x 32 x 4 x 256 x
-# 256 float32) took 1.9-2.5 ms as masked sums, 0.14-0.23 ms as ATen calls with their neighbours in
-# kernels, 0.11-0.12 ms in Inductor's scan kernels (H200, 2026-11-28, bench/switch_ab.py). A scan
-# kernel of our own (tl.associative_scan, its neighbours fused in) is not written yet.
+# row of n elements costs n loads per element. Short rows keep that decomposition, fused with their
+# neighbours; longer ones are scan nodes (lowering/scans.py). Mamba-2's chunked scans (rows of 256,
+# 4 x 32 x 4 x 256 x 256 float32) took 1.9-2.5 ms as masked sums, 0.14-0.23 ms as ATen calls with
+# their neighbours in kernels, 0.11-0.12 ms in Inductor's scan kernels (H200, 2026-11-28,
+# bench/switch_ab.py).
 SCANS = frozenset({"aten.cumsum.default", "aten.cumprod.default"})
 SCAN_KERNEL_MAX_LENGTH = 16
-LONG_SCANS_EXTERN = True
+SCAN_KERNELS = True  # off: the long scans run as ATen calls (A/B runs, bench/switch_ab.py)
 
 
 def long_scan(target: str, args: list, kwargs: dict, out_meta: list) -> bool:
-    """Whether the op is a scan along more than SCAN_KERNEL_MAX_LENGTH elements (an ATen call)."""
-    if not LONG_SCANS_EXTERN or target not in SCANS or not out_meta or out_meta[0] is None:
+    """Whether the op is a scan along more than SCAN_KERNEL_MAX_LENGTH elements that runs as an ATen
+    call (SCAN_KERNELS off)."""
+    if SCAN_KERNELS or target not in SCANS or not out_meta or out_meta[0] is None:
         return False
     shape = out_meta[0].shape
     dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
