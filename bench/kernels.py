@@ -190,6 +190,10 @@ def plan_bytes(plan: dict) -> int:
         spans[spec["buffer"]] = (layout.storage_bytes(), ITEMSIZES[spec["dtype"]])
     for name, spec in plan["buffers"].items():
         spans[name] = (spec["numel"] * ITEMSIZES[spec["dtype"]], ITEMSIZES[spec["dtype"]])
+    for step in plan["steps"]:  # an ATen call's results (a contraction's bmm) that kernels read
+        for name, spec in zip(step.get("outputs", ()), step.get("layouts", ())):
+            layout = Layout(tuple(spec["size"]), tuple(spec["stride"]), spec["offset"], spec["dtype"])
+            spans.setdefault(name, (layout.storage_bytes(), ITEMSIZES[spec["dtype"]]))
     return sum(min(spans[arg][0], step["xnumel"] * step["rnumel"] * spans[arg][1])
                for step in plan["steps"] if step["op"] == "kernel" for arg in set(step["args"]))
 

@@ -212,6 +212,37 @@ def test_masked_pieces_read_through_views_without_the_divisions_of_their_offset(
     assert index_divisions(bounded) < index_divisions(gpu_kernel_sources(class_token_backward, grad, conv_grad))
 
 
+def gated_cat_backward(gated, gate, first, second, conv):
+    """Mamba-2's gate backward: a cat whose first piece is a reshaped product, read across its rows
+    (permuted) beside a convolution's output: a kernel 2D-tiled along the cat's dim."""
+    joined = torch.cat([(gated * gate.unsqueeze(-1)).view(2, 64, 40), first, second], 2).permute(0, 2, 1)
+    return joined * conv[:, :, :64]
+
+
+def test_a_piece_at_offset_zero_tiled_along_the_cat_reads_its_producer_at_a_plain_offset(monkeypatch):
+    """The first piece is loaded at the cat dim's bare symbol; in a tiled kernel rindex stands there,
+    over the whole cat (56), and the piece (40) is placed like any other (masked_pieces.py)."""
+    inputs = [rand((2, 64, 5, 8)), rand((2, 64, 5), seed=1), rand((2, 64, 8), seed=2), rand((2, 64, 8), seed=3),
+              rand((2, 56, 67), seed=4)]
+    check(gated_cat_backward, *inputs)
+    placed = gpu_kernel_sources(gated_cat_backward, *inputs)
+    monkeypatch.setattr(masked_pieces, "BARE_SYMBOLS_PLACED", False)
+    check(gated_cat_backward, *inputs)
+    assert index_divisions(placed) < index_divisions(gpu_kernel_sources(gated_cat_backward, *inputs))
+
+
+def test_a_slice_from_the_start_or_to_the_end_is_tested_on_one_side(monkeypatch):
+    """slice_scatter over [0, 3) tests `< 3` only, over [5, 9) `>= 5` only; the values are eager's."""
+    def fn(x, head, tail):
+        return x.slice_scatter(head, 1, 0, 3) * 2, x.slice_scatter(tail, 1, 5) + 1
+
+    inputs = rand((6, 9)), rand((6, 3), seed=1), rand((6, 4), seed=2)
+    one_sided = check(fn, *inputs).kernel_sources
+    assert ">= 0" not in one_sided and "< 9" not in one_sided and "< 3" in one_sided and ">= 5" in one_sided
+    monkeypatch.setattr(shapes, "ONE_SIDED_SLICE_MASKS", False)
+    assert ">= 0" in check(fn, *inputs).kernel_sources
+
+
 def gpu_kernel_sources(fn, *inputs: torch.Tensor) -> str:
     """The kernels' Triton sources for an H100 (nothing run), heuristic configs."""
     artifact = compiler.compile(from_fx(make_fx(fn)(*inputs), list(inputs)), "cuda:sm_90",

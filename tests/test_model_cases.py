@@ -215,6 +215,11 @@ def test_plan_bytes_count_a_second_read_of_an_input_and_only_the_slice_a_kernel_
     assert sliced == 2 * 4096 * 100 * 4  # a third of the input read, the product written
     assert moved_by_plan({"bytes": 10**9, "plan_bytes": sliced}) == 10**9  # never below the case's own
 
+    # a kernel that reads an ATen call's result (a contraction's bmm, copied back in the sum's order)
+    a, c = torch.randn(4, 32, 64), torch.randn(4, 64, 32)
+    contraction = plan_of(lambda a, c: (a.unsqueeze(-1) * c.unsqueeze(1)).sum(2).transpose(1, 2) + 1, a, c)
+    assert plan_bytes(contraction) >= 2 * 4 * 32 * 32 * 4  # at least the product read and its copy written
+
 
 # ---------------------------------------------------------------------------------
 # (c) the fx module rebuilt from a wire graph

@@ -25,6 +25,11 @@ import sympy
 from compiler.indexing import Expr, simplify_index
 
 BOUNDED_PIECE_INDEX = True  # off: loads at `x - offset` as written (A/B runs, bench/switch_ab.py)
+# A piece at offset 0 is read at the bare symbol of its dim, placed too: a kernel's rindex may stand
+# where the piece's own loop variable stood at lowering, and its range is the whole cat's. Mamba-2's
+# gate backward, 2D-tiled along a cat of 2048 + 64 + 64 channels, read its first piece back through a
+# reshape as digits of a flat offset (`(r % 2048) + 2048 * ((r // 2048 + l) % 1024) + ...`).
+BARE_SYMBOLS_PLACED = True  # off: a bare symbol is loaded as it is (A/B runs, bench/switch_ab.py)
 _depth = threading.local()  # pieces of pieces get symbols of their own
 
 
@@ -32,7 +37,7 @@ def _load_piece(ops: Any, load: Callable[[Any, Expr], Any], position: Expr, size
     """`load(ops, i)` for the piece's index i = `position`, known to lie in [0, size) wherever the
     caller's mask holds."""
     position = sympy.sympify(position)
-    if not BOUNDED_PIECE_INDEX or position.is_Integer or isinstance(position, sympy.Symbol):
+    if not BOUNDED_PIECE_INDEX or position.is_Integer or (isinstance(position, sympy.Symbol) and not BARE_SYMBOLS_PLACED):
         return load(ops, position)
     depth = getattr(_depth, "value", 0)
     symbol = sympy.Symbol(f"piece{depth}", integer=True, nonnegative=True)

@@ -248,7 +248,8 @@ def slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: i
     dim = views.normalize_dim(dim, x.rank)
     start, end, step = slice(start, end, step).indices(x.size[dim])
     end = start + step * src.size[dim]  # one past the last written position
-    return _scatter_where(ctx, x, src, dim, lambda ops, index: _slice_position(ops, index[dim], start, end, step),
+    size = x.size[dim]
+    return _scatter_where(ctx, x, src, dim, lambda ops, index: _slice_position(ops, index[dim], start, end, step, size),
                           lambda i: i - start if step == 1 else FloorDiv(i - start, step))
 
 
@@ -264,10 +265,27 @@ def select_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: 
     return _scatter_where(ctx, x, views.unsqueeze(src, dim), dim, inside, lambda i: 0)
 
 
-def _slice_position(ops, i, start: int, end: int, step: int):
-    """Whether position `i` is one of start, start + step, ... < end."""
+# A slice that starts at 0 (or runs to the dim's end) is tested on its other side only: its mask is
+# one comparison, not two and-ed (`x >= 0` is always true, and the kernel would still compute it).
+ONE_SIDED_SLICE_MASKS = True  # off: both sides tested (A/B runs, bench/switch_ab.py)
+
+
+def _slice_position(ops, i, start: int, end: int, step: int, size: int):
+    """Whether position `i` (along a dim of `size`) is one of start, start + step, ... < end."""
     position = ops.index_expr(i, "int64")
-    inside = ops.logical_and(ops.ge(position, ops.constant(start, "int64")), ops.lt(position, ops.constant(end, "int64")))
+
+    def from_start():
+        return ops.ge(position, ops.constant(start, "int64"))
+
+    def to_end():
+        return ops.lt(position, ops.constant(end, "int64"))
+
+    if ONE_SIDED_SLICE_MASKS and start == 0:
+        inside = to_end()
+    elif ONE_SIDED_SLICE_MASKS and end >= size:
+        inside = from_start()
+    else:
+        inside = ops.logical_and(from_start(), to_end())
     if step == 1:
         return inside
     offset = ops.index_expr(i - start, "int64")
