@@ -4,7 +4,8 @@ Model code sometimes spells a matrix product out: Mamba-2's chunked scan compute
 as `(C[..., :, None, :, :] * states[..., None, :, :, :]).sum(dim)` and its backward does the
 same for the gradients. As a reduction kernel every output element reads a whole row of both
 operands: a [4, 4, 256, 32, 64] float32 result over 256 terms took 1.32 ms (Inductor's
-reduction 0.88 ms; H200, 2026-11-28). torch.einsum would run it as one bmm.
+reduction 0.88 ms), as one bmm with its operands' copies 0.22 ms (H200, 2026-11-28; docs/PERF.md).
+torch.einsum would run it as one bmm too.
 
 Here `sum(mul(a, b), dims)` whose product has no other reader is classified dim by dim:
 spanned by both operands and summed (K), by both and kept (batch), by `a` only (M), by `b`
@@ -92,7 +93,8 @@ def _spans(value: StorageView, dim: int) -> bool:
 
 
 def _roles(a: TensorValue, b: TensorValue, summed: set[int]) -> tuple[list[int], ...] | None:
-    """(batch, M, N, K) dims, or None where some dim fits no role (summed in one operand only)."""
+    """(batch, M, N, K) dims, or None where some dim fits no role (summed in one operand only) or an
+    operand is no strided view (its broadcast dims unknown)."""
     if not (isinstance(a, StorageView) and isinstance(b, StorageView)):
         return None
     batch, m, n, k = [], [], [], []

@@ -27,9 +27,9 @@ _EXTERN_PREFIXES = ("aten._scaled_dot_product_", "aten._flash_attention", "aten.
 # Scans: PyTorch decomposes cumsum and cumprod into a sum (a product) under a triangular mask, so a
 # row of n elements costs n loads per element. Short rows keep that decomposition, fused with their
 # neighbours; longer ones are scan nodes (lowering/scans.py). Mamba-2's chunked scans (rows of 256,
-# 4 x 32 x 4 x 256 x 256 float32) took 1.9-2.5 ms as masked sums, 0.14-0.23 ms as ATen calls with
-# their neighbours in kernels, 0.11-0.12 ms in Inductor's scan kernels (H200, 2026-11-28,
-# bench/switch_ab.py).
+# 4 x 32 x 4 x 256 x 256 float32) took 1.9-2.5 ms as masked sums, 0.14-0.24 ms as ATen calls with
+# their neighbours in kernels, 0.075-0.091 ms as scan kernels with their neighbours fused in (Inductor's
+# 0.11-0.12; H200, 2026-11-28, bench/switch_ab.py).
 SCANS = frozenset({"aten.cumsum.default", "aten.cumprod.default"})
 SCAN_KERNEL_MAX_LENGTH = 16
 SCAN_KERNELS = True  # off: the long scans run as ATen calls (A/B runs, bench/switch_ab.py)
