@@ -1,7 +1,8 @@
 """Contractions spelled as a broadcast multiply and a sum (compiler/lowering/contractions.py) run
 as one ATen bmm, against eager: Mamba-2's state products, several summed and kept dims, keepdim,
-expanded and transposed operands, bf16; and the sums that must stay reductions (a mat-vec shape, a
-dim summed in one operand only, a product read twice, a sum with a dtype)."""
+expanded and transposed operands, bf16, bf16 operands of a float32 result; and the sums that must
+stay reductions (a mat-vec shape, a dim summed in one operand only, a product read twice, a sum into
+float64)."""
 
 from __future__ import annotations
 
@@ -56,12 +57,20 @@ def test_bf16():
     _as_matmul(lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(1)).sum(2), rand((3, 16, 32), BF16), rand((3, 32, 16), BF16))
 
 
+def test_bf16_operands_of_a_float32_result():
+    """A linear's bf16 output beside float32 states (eager's multiply promotes it, exactly), and a
+    product of bf16 values summed into float32, as CUDA autocast sums: the bmm runs in float32."""
+    _as_matmul(lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(1)).sum(2), rand((3, 16, 32), BF16), rand((3, 32, 16)))
+    _as_matmul(lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(1)).sum(2, dtype=torch.float32),
+               rand((3, 16, 32), BF16), rand((3, 32, 16), BF16))
+
+
 @pytest.mark.parametrize("fn", [
     lambda a, b: (a * b.transpose(1, 2)[:, :1]).sum(-1),  # a mat-vec shape: N = 1
     lambda a, b: (a.unsqueeze(-1) * b[:, :1, :].unsqueeze(1)).sum(2),  # K spanned by one operand only
     lambda a, b: ((a.unsqueeze(-1) * b.unsqueeze(1)) + 0).sum(2),  # no product directly under the sum
     lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(1)).sum(2, dtype=torch.float64),
-], ids=["matvec", "one_sided", "not_a_product", "dtype"])
+], ids=["matvec", "one_sided", "not_a_product", "into_float64"])
 def test_sums_that_stay_reductions(fn):
     result = check(fn, rand((4, 20, 18)), rand((4, 18, 20)), reference64=True)
     assert not result.externs

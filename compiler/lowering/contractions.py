@@ -11,8 +11,11 @@ Here `sum(mul(a, b), dims)` whose product has no other reader is classified dim 
 spanned by both operands and summed (K), by both and kept (batch), by `a` only (M), by `b`
 only (N). When M, N and K each reach MIN_GEMM_SIDE, the operands are viewed (or copied) as
 [batch, M, K] and [batch, K, N], multiplied by an ATen bmm, and the result is viewed back in
-the sum's dim order. Anything else (a dim summed in one operand only, a sum with a dtype, a
-product of mixed dtypes, a mat-vec shape) stays a reduction, where it fuses with its neighbours.
+the sum's dim order. A bf16/fp16 operand of a float32 result is converted first, exactly: beside
+float32 states eager's multiply promotes it so, and CUDA autocast sums bf16 products into float32
+(`sum(..., dtype=torch.float32)`), where the bmm's products are not rounded to bf16 on the way. Anything
+else (a dim summed in one operand only, a sum into float64, a mat-vec shape) stays a reduction, where
+it fuses with its neighbours.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def contraction_sums(graph: Graph, graph_outputs: set[str]) -> dict[str, Any]:
     for node in graph.nodes:
         source = node.args[0] if node.args else None
         if node.target in _SUMS and isinstance(source, Ref) and source.index is None and source.ref in muls \
-                and readers.get(source.ref) == 1 and source.ref not in graph_outputs and "dtype" not in node.kwargs:
+                and readers.get(source.ref) == 1 and source.ref not in graph_outputs:
             found[node.name] = muls[source.ref]
     return found
 
@@ -56,7 +59,7 @@ def as_matmul(a: Any, b: Any, dims: Any, out_size: tuple[int, ...], out_dtype: s
     included), or None where it is no contraction worth one (see the module docstring)."""
     if not CONTRACTIONS_AS_MATMUL or not (isinstance(a, StorageView) and isinstance(b, StorageView)):
         return None
-    if out_dtype not in _FLOATS or a.dtype != out_dtype or b.dtype != out_dtype or not dims:
+    if not dims or not all(_widens_exactly(d, out_dtype) for d in (a.dtype, b.dtype)):
         return None
     rank = max(a.rank, b.rank)
     a, b = _with_rank(a, rank), _with_rank(b, rank)
@@ -69,8 +72,8 @@ def as_matmul(a: Any, b: Any, dims: Any, out_size: tuple[int, ...], out_dtype: s
     sizes = [math.prod(full[d] for d in group) for group in (batch, m, n, k)]
     if min(sizes[1:]) < MIN_GEMM_SIDE:
         return None
-    left = views.reshape(_spanned(a, batch + m + k), [sizes[0], sizes[1], sizes[3]])
-    right = views.reshape(_spanned(b, batch + k + n), [sizes[0], sizes[3], sizes[2]])
+    left = _as_dtype(views.reshape(_spanned(a, batch + m + k), [sizes[0], sizes[1], sizes[3]]), out_dtype)
+    right = _as_dtype(views.reshape(_spanned(b, batch + k + n), [sizes[0], sizes[3], sizes[2]]), out_dtype)
     product = lower("aten.bmm.default", [left, right])
     kept = batch + m + n
     laid_out = views.reshape(product, [full[d] for d in kept])
@@ -80,6 +83,21 @@ def as_matmul(a: Any, b: Any, dims: Any, out_size: tuple[int, ...], out_dtype: s
     if isinstance(result, StorageView) and result.layout != Layout.contiguous(out_size, out_dtype):
         return Lazy(result.size, result.dtype, result.load)
     return result
+
+
+def _widens_exactly(dtype: str, out_dtype: str) -> bool:
+    """Whether an operand of `dtype` converts to the sum's `out_dtype` without rounding (bf16 or fp16
+    into float32)."""
+    if out_dtype not in _FLOATS:
+        return False
+    return dtype == out_dtype or (dtype in ("bfloat16", "float16") and out_dtype == "float32")
+
+
+def _as_dtype(value: TensorValue, dtype: str) -> TensorValue:
+    """`value` converted to `dtype` (a copy the bmm's argument realizes), or itself."""
+    if value.dtype == dtype:
+        return value
+    return Lazy(value.size, dtype, lambda ops, index: ops.to_dtype(value.load(ops, index), dtype))
 
 
 def _with_rank(value: StorageView, rank: int) -> TensorValue:
