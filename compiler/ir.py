@@ -1,7 +1,8 @@
 """Loop-level IR: buffers with layouts, and the nodes that fill them.
 
 A `ComputeNode` is a loop nest: `ranges` (the output's iteration space) and, for a
-reduction, `reduction_ranges`. Its `body(ops, index, rindex)` is a plain Python function
+reduction, `reduction_ranges`; a scan (cumsum, cumprod) is a reduction that keeps a result
+at every point of its reduction range (`is_scan`, `store_index`). Its `body(ops, index, rindex)` is a plain Python function
 of sympy index variables that describes one element's computation by calling an ops
 handler (`compiler.ops.OpsHandler`): loads through index expressions, math, casts.
 Running the same body under different handlers gives Triton source (codegen) or the

@@ -3,21 +3,23 @@
 A scan node runs as a reduction kernel over the scan's rows and keeps every running
 total; the pointwise work that makes its input and the work that reads its result fuse
 into that kernel as they do around a reduction. A short scan (SCAN_KERNEL_MAX_LENGTH or
-fewer elements, registry.py) takes PyTorch's decomposition instead: a sum under a triangular mask,
-which unrolls into pointwise work that fuses anywhere.
+fewer elements, registry.py) takes PyTorch's decomposition instead: a sum under a triangular
+mask, which unrolls into pointwise work that fuses anywhere.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from compiler.lowering.context import LoweringContext
 from compiler.lowering import registry
+from compiler.lowering.context import LoweringContext
 from compiler.lowering.registry import register
 from compiler.lowering.values import TensorValue, compute_dtype
 from compiler.lowering.views import normalize_dim
 
+
 def _scan(ctx: LoweringContext, scan_type: str, x: TensorValue, dim: int) -> TensorValue:
+    """x scanned along `dim` into a new buffer of the op's output dtype (`dtype=` included)."""
     if x.rank == 0 or 0 in x.size:
         raise NotImplementedError  # nothing to scan: the decomposition's copy
     dim = normalize_dim(dim, x.rank)
