@@ -76,10 +76,13 @@ def test_sums_that_stay_reductions(fn):
     assert not result.externs
 
 
-def test_a_product_read_twice_stays_a_reduction():
+@pytest.mark.parametrize("other_reader", ["amax", "cat"])
+def test_a_product_read_twice_stays_a_reduction(other_reader):
+    """Read again directly, or as one of a cat's pieces (a reference inside the cat's list)."""
     def fn(a, b):
         product = a.unsqueeze(-1) * b.unsqueeze(1)
-        return product.sum(2), product.amax(2)
+        again = product.amax(2) if other_reader == "amax" else torch.cat([product, a.unsqueeze(-1).expand(2, 16, 18, 16)], 2)
+        return product.sum(2), again
 
     result = check(fn, rand((2, 16, 18)), rand((2, 18, 16)), reference64=True)
     assert not result.externs

@@ -60,7 +60,7 @@ def lower(graph: Graph, limits: WorkLimits | None = None, eager_random: bool = T
     ctx.layout_free = layout_free_nodes(graph, ctx.graph_outputs) - set(padded)
     ctx.materialized_cats = cats_materialized(graph, ctx.graph_outputs)
     ctx.cat_pieces = cat_pieces(graph)
-    ctx.contractions = contractions.contraction_sums(graph, ctx.graph_outputs)
+    ctx.contractions = contractions.contraction_sums(graph, _count_users(graph))
     ctx.writes_in_place = any(_mutated_arguments(resolve_op(node.target)) for node in graph.nodes)
     env: dict[str, Any] = {}
     for i, spec in enumerate(graph.inputs):

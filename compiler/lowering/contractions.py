@@ -37,19 +37,15 @@ _FLOATS = frozenset({"float32", "bfloat16", "float16"})
 Lower = Callable[[str, list], Any]
 
 
-def contraction_sums(graph: Graph, graph_outputs: set[str]) -> dict[str, Any]:
-    """Sum nodes over a `mul.Tensor` that nothing else reads: sum node name -> the mul node."""
-    readers: dict[str, int] = {}
-    for node in graph.nodes:
-        for arg in [*node.args, *node.kwargs.values()]:
-            if isinstance(arg, Ref):
-                readers[arg.ref] = readers.get(arg.ref, 0) + 1
+def contraction_sums(graph: Graph, users: dict[str, int]) -> dict[str, Any]:
+    """Sum nodes over a `mul.Tensor` that nothing else reads (`users`: each node's references from
+    the graph's nodes and outputs): sum node name -> the mul node."""
     muls = {node.name: node for node in graph.nodes if node.target == "aten.mul.Tensor"}
     found: dict[str, Any] = {}
     for node in graph.nodes:
         source = node.args[0] if node.args else None
         if node.target in _SUMS and isinstance(source, Ref) and source.index is None and source.ref in muls \
-                and readers.get(source.ref) == 1 and source.ref not in graph_outputs:
+                and users.get(source.ref) == 1:
             found[node.name] = muls[source.ref]
     return found
 
