@@ -309,9 +309,11 @@ def _scatter_where(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: 
         src_index = list(index)
         src_index[dim] = src_position(index[dim])
         taken = ops.masked(mask, lambda: ops.to_dtype(load_pieces(ops, src, src_index, [dim]), dtype), 0)
-        if not (MASKED_SCATTER_BASE and base_in_memory):
-            return ops.where(mask, taken, ops.to_dtype(x.load(ops, index), dtype))
-        kept = ops.masked(ops.logical_not(mask), lambda: ops.to_dtype(x.load(ops, index), dtype), 0)
+
+        def base():
+            return ops.to_dtype(x.load(ops, index), dtype)
+
+        kept = ops.masked(ops.logical_not(mask), base, 0) if MASKED_SCATTER_BASE and base_in_memory else base()
         return ops.where(mask, taken, kept)
 
     return Lazy(ctx.out_size, ctx.out_dtype, load)
