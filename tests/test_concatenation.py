@@ -1,6 +1,7 @@
 """A cat stored piece by piece (compiler/lowering/concatenation.py): each piece computed from a
 reduction is written into its slice of the result by the reduction's own kernel; the values are
-eager's, whatever the layout of the result."""
+eager's, whatever the layout of the result. With MANY_PIECES_BY_PIECE (off by default), a cat of more
+than MAX_MASKED_PIECES pieces is stored by piece whatever reads it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from compiler.fx_import import from_fx
 from compiler.ir import ComputeNode
 from compiler.lowering import concatenation, lower
-from tests.lowering_cases import check, rand
+from tests.lowering_cases import check, rand, strided, transposed
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
@@ -93,3 +94,77 @@ def test_a_slice_of_a_normalized_buffer_stays_in_one_node():
     inputs = rand((2, 5, 4, 3), seed=9), rand((2, 3, 4, 3), seed=10)
     assert len(cat_writers(fn, *inputs)) == 1
     check(fn, *inputs)
+
+
+def many_pieces(count: int) -> list[torch.Tensor]:
+    """`count` pieces of odd lengths along dim 1, every other one transposed or sliced with a step."""
+    makers = [rand, transposed, strided]
+    return [makers[i % 3]((3, 2 * i + 1, 5), seed=20 + i) for i in range(count)]
+
+
+def rotated(*pieces):
+    """A cat read by pointwise ops only, as StableLM's per-head LayerNorms by its rotary embedding."""
+    return torch.cat(pieces, 1).sin() * 2 + 1
+
+
+def most_inputs_per_kernel(artifact) -> int:
+    """The most graph inputs one kernel of the plan reads: the cat's pieces, where it is one masked node."""
+    names = [spec["buffer"] for spec in artifact.plan["inputs"]]
+    return max(sum(1 for name in names if name in step["args"]) for step in artifact.plan["steps"]
+               if step["op"] == "kernel")
+
+
+def buffer_writers(fn, *inputs) -> int:
+    """The most compute nodes that store into one buffer."""
+    program = lower(from_fx(make_fx(fn)(*inputs), list(inputs)))
+    writers: dict[str, int] = {}
+    for node in program.nodes:
+        if isinstance(node, ComputeNode):
+            for name in {store.buffer.name for store in node.stores}:
+                writers[name] = writers.get(name, 0) + 1
+    return max(writers.values())
+
+
+@pytest.fixture
+def many_pieces_by_piece(monkeypatch):
+    monkeypatch.setattr(concatenation, "MANY_PIECES_BY_PIECE", True)
+
+
+def test_a_cat_of_many_pieces_is_stored_and_read_as_one_buffer(many_pieces_by_piece):
+    """More than MAX_MASKED_PIECES: each piece is written into the buffer, which the reader reads."""
+    pieces = many_pieces(12)
+    assert buffer_writers(rotated, *pieces) == 12
+    result = check(rotated, *pieces)
+    assert most_inputs_per_kernel(result.artifact) == 1  # no kernel reads every piece under a mask
+
+
+def test_a_stack_of_many_pieces_is_stored(many_pieces_by_piece):
+    pieces = [transposed((3, 5), seed=40 + i) for i in range(9)]
+    assert buffer_writers(lambda *xs: torch.stack(xs, 1).cos(), *pieces) == 9
+    check(lambda *xs: torch.stack(xs, 1).cos(), *pieces)
+
+
+def test_a_cat_of_max_masked_pieces_stays_one_node(many_pieces_by_piece):
+    """As many as MAX_MASKED_PIECES: one masked node, fused into its reader."""
+    pieces = many_pieces(concatenation.MAX_MASKED_PIECES)
+    assert buffer_writers(rotated, *pieces) == 1
+    assert most_inputs_per_kernel(check(rotated, *pieces).artifact) == len(pieces)
+
+
+def test_many_pieces_switched_off_stay_one_node():  # the default
+    pieces = many_pieces(12)
+    assert buffer_writers(rotated, *pieces) == 1
+    assert most_inputs_per_kernel(check(rotated, *pieces).artifact) == 12
+
+
+def test_a_cat_inside_a_decomposition_is_stored_where_it_is_made(monkeypatch, many_pieces_by_piece):
+    """diag_embed's decomposition cats zeros before its input and masks the result: a cat stored by
+    piece is realized there too, not read lazily through its masks."""
+    monkeypatch.setattr(concatenation, "MAX_MASKED_PIECES", 1)
+
+    def fn(x):
+        return torch.ops.aten.diag_embed.default(x, 1).sin()
+
+    x = transposed((5, 3), seed=50)
+    assert buffer_writers(fn, x) == 2
+    check(fn, x)

@@ -13,7 +13,8 @@ into the mutated tensor. A graph constant is a read-only buffer the artifact car
 0-d constant is folded into the kernels that read it. Every top-level node's output is
 realized into a buffer (the scheduler fuses them later), in eager's layout or, where nobody
 outside sees it, in the order its loads walk (lowering/layout_choice.py); values inside a
-decomposition stay lazy when used once. A masked piece (a cat's input, a pad's inside) is read
+decomposition stay lazy when used once, except a cat stored by piece (lowering/concatenation.py),
+realized wherever it is produced. A masked piece (a cat's input, a pad's inside) is read
 with its index known to lie in the piece (lowering/masked_pieces.py).
 """
 
@@ -31,7 +32,7 @@ from compiler.graph import ConstantSpec, DeviceArg, Graph, Ref, refs_in
 from compiler.ir import Buffer, GraphOutput, Layout, Program, Store
 from compiler.lowering import contractions, convolution_bias, registry
 from compiler.lowering.composite import outer_product
-from compiler.lowering.concatenation import cat_pieces, cats_materialized
+from compiler.lowering.concatenation import Concatenation, cat_pieces, cats_materialized
 from compiler.lowering.context import LoweringContext, LoweringError, dense_layout
 from compiler.lowering.extern_layouts import device_layouts
 from compiler.lowering.layout_choice import follows_loads, layout_free_nodes, may_walk_otherwise, strides_differ
@@ -204,6 +205,8 @@ def _finish_one(ctx: LoweringContext, value: Any, meta: torch.Tensor | None, rea
                 pad: list[int] | None = None, choose_layout: bool = False) -> Any:
     if isinstance(value, TensorValue) and meta is not None and value.dtype != str(meta.dtype).removeprefix("torch."):
         value = Lazy(value.size, str(meta.dtype).removeprefix("torch."), value.load)  # e.g. a bf16 sum kept in fp32
+    if isinstance(value, Concatenation) and value.by_piece:  # stored wherever produced (concatenation.py)
+        realize_all = True
     if isinstance(value, Lazy) and realize_all:
         if meta is None or tuple(meta.shape) != value.size:
             return ctx.realize(value)

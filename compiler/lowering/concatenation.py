@@ -15,6 +15,12 @@ A cat is stored by piece (`Concatenation.by_piece`) when both hold:
   convolution) reads it, directly or through views. A cat that only lowered ops read stays one
   node, which the scheduler fuses into its readers.
 A piece that joins no kernel costs a launch of its own, as in Inductor.
+
+With MANY_PIECES_BY_PIECE (off: see its comment), a cat of more than MAX_MASKED_PIECES pieces is
+stored by piece whatever reads it, and is realized
+where it is produced, inside a decomposition too (lowering/__init__.py `_finish_one`): its readers
+read the buffer. As one node it would have every element of its readers' kernels test each piece's
+range, load under each mask and chain the `where`s, as Inductor avoids past `max_pointwise_cat_inputs`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,15 @@ from compiler.lowering.padding import is_view, viewed_through
 from compiler.lowering.values import Lazy, StorageView, TensorValue
 
 CAT_BY_PIECE = True  # off: every cat is one masked node (A/B runs, bench/switch_ab.py)
+# Inductor's max_pointwise_cat_inputs: StableLM's cat of 16 per-head LayerNorms ([4,1,1024,64] bf16 each),
+# fused as one masked node into the rotary embedding that reads it, ran at 0.36x Inductor (H200).
+MAX_MASKED_PIECES = 8
+# Off for now: on that case (its pieces graph inputs) the pieces became 32 copy kernels, which the
+# scheduler does not combine (their writes to disjoint slices of one buffer are refused as
+# inconsistent), and it ran slower: 77.0 us on, 68.1 off, Inductor 24.5 (H200, 2026-11-29,
+# bench/switch_ab.py). Inductor copies a cat's input pieces in one kernel. In the model the pieces are
+# LayerNorms' outputs, each of which could store its copy in its own kernel: not measured.
+MANY_PIECES_BY_PIECE = False
 CAT_TARGETS = frozenset({"aten.cat.default", "aten.stack.default"})
 
 
@@ -83,6 +98,8 @@ def _always_extern(target: str) -> bool:
 
 def stored_by_piece(ctx: Any, pieces: Sequence[TensorValue]) -> bool:
     """Whether the cat being lowered (`ctx.origin`) is stored piece by piece (see the module docstring)."""
+    if MANY_PIECES_BY_PIECE and len(pieces) > MAX_MASKED_PIECES:
+        return True
     return CAT_BY_PIECE and ctx.origin in ctx.materialized_cats and reads_a_reduction(ctx.program, pieces)
 
 

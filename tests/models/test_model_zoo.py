@@ -37,7 +37,8 @@ MODELS = list(ZOO)
 # EVA-02, SK-ResNet, Res2Net, FocalNet, CSPDarknet; and a sixth (zoo.HELD_OUT_6): Qwen3, DiffLlama, ModernBERT,
 # FNet (its Fourier transforms run as ATen calls on complex tensors), LFM2, MViT-v2, EfficientViT, Hiera,
 # ECA-ResNet; and a seventh (tests/models/zoo_held_out_7.py): DeepSeek-V3, Mamba-2, GLM-4, ConvBERT, MobileBERT,
-# Switch Transformers, Sequencer2D, FastViT, GC ViT, DPN
+# Switch Transformers, Sequencer2D, FastViT, GC ViT, DPN; and an eighth (tests/models/zoo_held_out_8.py): XLNet,
+# Funnel Transformer, StableLM, Qwen2-MoE, PEGASUS-X, BoTNet, MixNet, Twins-SVT, BiT, SAM's ViT, MambaOut
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight

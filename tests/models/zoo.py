@@ -751,6 +751,10 @@ from zoo_held_out_7 import HELD_OUT_7  # noqa: E402  (a seventh group, in its ow
 
 HELD_OUT.update(HELD_OUT_7)
 
+from zoo_held_out_8 import HELD_OUT_8  # noqa: E402  (the eighth group, likewise)
+
+HELD_OUT.update(HELD_OUT_8)
+
 
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
