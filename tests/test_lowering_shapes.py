@@ -470,3 +470,12 @@ def test_as_strided_within_its_input_is_a_view_and_beyond_it_a_clear_error():
     graph = from_fx(make_fx(lambda v: torch.ops.aten.as_strided(v, [2, 2], [1, 2], 10))(x), [x])
     with pytest.raises(LoweringError, match="reaches element 13 of a tensor whose storage holds 10"):
         compiler.compile(graph, "cpu")
+
+
+@pytest.mark.filterwarnings("error:tl.where with a non-boolean condition")
+def test_a_cat_of_bool_masks_stays_bool_where_it_picks_values():
+    """A masked bool piece read as a `where` condition (Funnel's attention masks cat before the
+    softmax): tl.where(mask, piece, 0) would widen it to int32, a condition Triton deprecates."""
+    a, b = rand((3, 4), seed=1) > 0, rand((3, 5), seed=2) > 0
+    x, y = rand((3, 9), seed=3), rand((3, 9), seed=4)
+    check(lambda a, b, x, y: torch.where(torch.cat([a, b], 1), x, y), a, b, x, y)

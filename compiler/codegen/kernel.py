@@ -488,6 +488,8 @@ class KernelWriter(TritonMathOps):
             value = body()
         finally:
             self._masks.pop()
+        if value.dtype == "bool":  # a literal 0 or 1 beside an int1 would widen the result to int32
+            return self.emit(f"tl.where({mask}, {value}, {literal(other, value.dtype)}) != 0", "bool")
         return self.emit(f"tl.where({mask}, {value}, {literal(other, value.dtype)})", value.dtype)
 
     def indirect(self, value: Var, size: int) -> sympy.Symbol:
