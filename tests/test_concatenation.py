@@ -28,11 +28,21 @@ def class_token_inputs():
     return rand((1, 1, 24), seed=1), rand((3, 37, 24), seed=2), rand((24,), seed=3), rand((24,), seed=4)
 
 
+def writers_by_buffer(fn, *inputs) -> tuple[dict[str, list[ComputeNode]], str]:
+    """(each buffer's compute nodes that store into it, the buffer of the graph's first output)."""
+    program = lower(from_fx(make_fx(fn)(*inputs), list(inputs)))
+    writers: dict[str, list[ComputeNode]] = {}
+    for node in program.nodes:
+        if isinstance(node, ComputeNode):
+            for name in {store.buffer.name for store in node.stores}:
+                writers.setdefault(name, []).append(node)
+    return writers, program.outputs[0].buffer.name
+
+
 def cat_writers(fn, *inputs) -> list[ComputeNode]:
     """The compute nodes that store into the buffer of the graph's first output."""
-    program = lower(from_fx(make_fx(fn)(*inputs), list(inputs)))
-    out = program.outputs[0].buffer.name
-    return [n for n in program.nodes if isinstance(n, ComputeNode) and any(s.buffer.name == out for s in n.stores)]
+    writers, out = writers_by_buffer(fn, *inputs)
+    return writers.get(out, [])
 
 
 def kernels_reading(artifact, position: int) -> int:
@@ -116,13 +126,8 @@ def most_inputs_per_kernel(artifact) -> int:
 
 def buffer_writers(fn, *inputs) -> int:
     """The most compute nodes that store into one buffer."""
-    program = lower(from_fx(make_fx(fn)(*inputs), list(inputs)))
-    writers: dict[str, int] = {}
-    for node in program.nodes:
-        if isinstance(node, ComputeNode):
-            for name in {store.buffer.name for store in node.stores}:
-                writers[name] = writers.get(name, 0) + 1
-    return max(writers.values())
+    writers, _ = writers_by_buffer(fn, *inputs)
+    return max(len(nodes) for nodes in writers.values())
 
 
 @pytest.fixture

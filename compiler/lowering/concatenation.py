@@ -17,10 +17,10 @@ A cat is stored by piece (`Concatenation.by_piece`) when both hold:
 A piece that joins no kernel costs a launch of its own, as in Inductor.
 
 With MANY_PIECES_BY_PIECE (off: see its comment), a cat of more than MAX_MASKED_PIECES pieces is
-stored by piece whatever reads it, and is realized
-where it is produced, inside a decomposition too (lowering/__init__.py `_finish_one`): its readers
-read the buffer. As one node it would have every element of its readers' kernels test each piece's
-range, load under each mask and chain the `where`s, as Inductor avoids past `max_pointwise_cat_inputs`.
+stored by piece whatever reads it, and is realized where it is produced, inside a decomposition too
+(lowering/__init__.py `_finish_one`): its readers read the buffer. As one node it would have every
+element of its readers' kernels test each piece's range, load under each mask and chain the `where`s,
+as Inductor avoids past `max_pointwise_cat_inputs`.
 """
 
 from __future__ import annotations
