@@ -34,7 +34,7 @@ from compiler.dependencies import MemoryDep, ReadWrites, StarDep, extract_read_w
 from compiler.graph import ITEMSIZES
 from compiler.indexing import Expr, ModularIndexing, affine_coefficients, index_symbol
 from compiler.ir import ComputeNode, Layout, Program
-from compiler.ops import load_view
+from compiler.ops import load_selected, load_view
 
 MAX_INLINE_PASSES = 4
 
@@ -322,6 +322,13 @@ class _InliningOps:
             return load_view(self._inner, name, view, index)
         coords = box_coordinates(view, self._layout, index)
         return self.load(name, view.index(index)) if coords is None else self._evaluate(coords)
+
+    def load_selected(self, buffers: tuple[str, ...], selector: Expr, index: Expr) -> Any:
+        """A read of like buffers as one (compiler.ops.load_selected); None where one of them is the
+        producer inlined here, which has no memory to read."""
+        if self._buffer in buffers:
+            return None
+        return load_selected(self._inner, buffers, selector, index)
 
     def _evaluate(self, coords: list[Expr]) -> Any:
         value = self._producer.body(self, coords, [])

@@ -32,6 +32,15 @@ def load_view(ops: Any, buffer: str, layout: Any, index: Sequence[Any]) -> Any:
         return ops.load_view(buffer, layout, tuple(index))
     return ops.load(buffer, layout.index(index))
 
+def load_selected(ops: Any, buffers: Sequence[str], selector: Any, index: Any) -> Any:
+    """One element at `index` of `buffers[selector]`, where buffers of one layout and dtype are read
+    as one (a cat of many like pieces); None where `ops` cannot read it so (the caller then reads
+    piece by piece). An optional op, looked up on the handler's class like load_view."""
+    if hasattr(type(ops), "load_selected"):
+        return ops.load_selected(tuple(buffers), selector, index)
+    return None
+
+
 UNARY_OPS = frozenset({
     "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "abs", "neg", "sin", "cos", "tan",
     "tanh", "sigmoid", "erf", "erfinv", "floor", "ceil", "trunc", "round", "sign", "reciprocal", "relu",

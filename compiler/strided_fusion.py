@@ -11,7 +11,9 @@ pointwise kernel that walks its buffers in memory order, or in 2D tiles where th
 (compiler/tiling.py).
 
 So a pointwise step joins a reduction group only where more than three quarters of its bytes stay
-contiguous along one tile axis, after the row order compiler/row_order.py would pick. PoolFormer's
+contiguous along one tile axis, after the row order compiler/row_order.py would pick; along the row
+itself where the group reduces rows of LONG_ROW or more that it reads along the row (such a kernel
+runs a row or two per program, so a step along xindex is a step to another program). PoolFormer's
 token mixer (pooled - normed, scaled, added to a channels-last convolution) reads one of its three
 inputs channels-last, and fused it took 189 us against Inductor's 182 (H100, 2026-11-27). Bytes
 weigh by the size of the buffer accessed, so that a per-channel weight, read again and again from
@@ -32,6 +34,18 @@ MIN_ROW = 32  # rows shorter than this put many rows in a program, whose accesse
 # elements apart along the keys, and ran 24.0 us with the producer fused, 30.6 apart (H100, 2026-11-27).
 SECTOR_BYTES = 32
 REFUSE_STRIDED = True  # bench/census.py and bench/switch_ab.py turn it off to find and time what it changes
+# A reduction over rows this long, that reads its own input along the row, runs one row or a few per
+# program (XBLOCK 1-2): an access contiguous only along xindex is strided there too. BoTNet's BatchNorm
+# forward fused the NCHW copy of its channels-last input (reading 64 channels apart along the row) and
+# the ReLU's channels-last store: 256 rows of 6272 in 256 programs, 35.2 us; with the scheduler's
+# fusion off, 19.9 us over twelve kernels (Inductor 27.9, whose copy runs apart; H200, 2026-11-29).
+# Judged so (this switch on), it ran 39.0 -> 14.7 us, and 6 more of 17 cases timed ran 1.10-1.40x
+# faster; but CoaT's cast + mul before a sum over 3137 tokens ran 29.7 -> 33.3 us (0.95x Inductor),
+# ResNeSt's radix gradient 36.5 -> 51.2, FastViT's BatchNorm backward 24.8 -> 28.0, whose fused
+# kernels read their strided inputs faster than the kernels apart re-read the pointwise results
+# (bench/switch_ab.py; docs/PERF.md). Off until a rule tells those apart.
+LONG_ROW = 1024
+LONG_ROWS_BY_ROW_AXIS = False  # on: a long row's accesses count as strided by their step along the row
 
 
 def strided_in_reduction(pointwise_nodes: set[str], group, read_writes: dict[str, ReadWrites],
@@ -43,7 +57,7 @@ def strided_in_reduction(pointwise_nodes: set[str], group, read_writes: dict[str
         return ""
     strided, total, mapping = strided_bytes(pointwise_nodes, group, read_writes, buffer_bytes, itemsize, internal)
     if total and strided >= STRIDED_SHARE * total:
-        return (f"{strided} of its {total} bytes would be strided along both axes of the reduction's "
+        return (f"{strided} of its {total} bytes would be strided in the reduction's "
                 f"{mapping.numel}x{mapping.rnumel} tiles: it runs apart, in memory order")
     return ""
 
@@ -56,6 +70,8 @@ def strided_bytes(pointwise_nodes: set[str], group, read_writes: dict[str, ReadW
     reordered = choose_row_order(group.nodes, mapping, read_writes, itemsize, internal)
     if reordered is not None:
         mapping = reordered[0]
+    by_row = LONG_ROWS_BY_ROW_AXIS and mapping.rnumel >= LONG_ROW and _reduces_along_rows(group, read_writes, mapping,
+                                                                                          pointwise_nodes)
     total = strided = 0
     for node in group.nodes:
         if node.name not in pointwise_nodes:
@@ -68,12 +84,34 @@ def strided_bytes(pointwise_nodes: set[str], group, read_writes: dict[str, ReadW
             if not index.free_symbols & {XINDEX, RINDEX}:
                 continue  # one element for the whole kernel
             total += buffer_bytes[dep.buffer]
-            if _far_along_both(index, mapping, itemsize[dep.buffer]):
+            if (_far_along_row if by_row else _far_along_both)(index, mapping, itemsize[dep.buffer]):
                 strided += buffer_bytes[dep.buffer]
     return strided, total, mapping
+
+
+def _reduces_along_rows(group, read_writes: dict[str, ReadWrites], mapping, pointwise_nodes: set[str]) -> bool:
+    """Whether the group's reductions read some buffer contiguously along the row (a row reduction,
+    which runs few rows per program), reads by the fusion's pointwise side left out."""
+    for node in group.nodes:
+        if not node.is_reduction or node.name in pointwise_nodes:
+            continue
+        for dep in read_writes[node.name].reads:
+            if isinstance(dep, MemoryDep):
+                index = mapping.nodes[node.name].apply(dep.index, mapping.bounds)
+                if RINDEX in index.free_symbols and unit_steps(index, mapping.numel, mapping.rnumel)[1]:
+                    return True
+    return False
 
 
 def _far_along_both(index, mapping, itemsize: int) -> bool:
     if any(unit_steps(index, mapping.numel, mapping.rnumel)):
         return False
     return min(median_steps(index, mapping.numel, mapping.rnumel)) * itemsize >= SECTOR_BYTES
+
+
+def _far_along_row(index, mapping, itemsize: int) -> bool:
+    """Strided for a kernel of one row or a few per program: each step along the row moves a sector
+    or more (an access that stays put along the row, a per-row value, is not)."""
+    if unit_steps(index, mapping.numel, mapping.rnumel)[1]:
+        return False
+    return median_steps(index, mapping.numel, mapping.rnumel)[1] * itemsize >= SECTOR_BYTES

@@ -1,4 +1,4 @@
-"""Two changes to reductions found by the third held-out model group (zoo.HELD_OUT_3):
+"""Changes to small reductions, the first two found by the third held-out model group (zoo.HELD_OUT_3):
 
 - a sum, product, max or min over at most 8 elements whose rows lie apart in every buffer it
   reads (ResNeSt's sum over radix groups of a channels-last tensor) is a pointwise expression of
@@ -6,7 +6,9 @@
 - under Triton's interpreter a looped Welford reduction joins its lanes by sums, not by folding
   Chan's update over them one lane at a time: ReXNet's BatchNorm statistics erred several times
   more than eager's, and its training step failed the float64 rule. A GPU folds them in a tree
-  and keeps the update (compiler/codegen/kernel.py)."""
+  and keeps the update (compiler/codegen/kernel.py);
+- a reduction over two elements is unrolled wherever its rows lie (the ninth held-out sets' Qwen2-MoE).
+"""
 
 from __future__ import annotations
 
@@ -65,6 +67,19 @@ def test_rows_of_a_few_contiguous_elements_stay_a_reduction():
     backward's row sums over rows of 7 stay in its mixed kernel)."""
     result = check(lambda x: x.sum(-1), rand((12, 7), seed=7))
     assert 7 in reduced_lengths(result.artifact)
+
+
+@pytest.mark.parametrize("name", ["sum", "amax", "prod"])
+def test_a_reduction_over_two_elements_is_unrolled_wherever_its_rows_lie(name):
+    """Qwen2-MoE's sum over its top-2 experts: rows of a row-major tensor, next to each other, and
+    rows of two contiguous elements are both one add; a sum over three of the batch stays a reduction
+    (reductions.UNROLL_PAIRS)."""
+    def fn(over_batch, pairs):
+        return getattr(torch, name)(over_batch, 0), getattr(torch, name)(pairs, -1)
+
+    result = check(fn, rand((2, 6, 11), seed=8), rand((13, 2), seed=9))
+    assert reduced_lengths(result.artifact) == [1] * len(result.artifact.manifest["kernels"])
+    assert 3 in reduced_lengths(check(lambda g: g.sum(0), rand((3, 6, 11), seed=10)).artifact)
 
 
 def test_looped_batch_norm_statistics_err_no_more_than_twice_eager():

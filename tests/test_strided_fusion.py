@@ -17,7 +17,7 @@ from compiler.scheduler import KernelGroup, schedule
 from tests.test_row_order import _reduction_groups
 from tests.test_scheduler import compile_and_check
 
-STRIDED = "strided along both axes"
+STRIDED = "would be strided in the reduction"
 
 
 def layer_scale_group_norm(x, residual, scale, weight, bias):
@@ -133,3 +133,25 @@ def test_poolformers_token_mixer_stays_apart_at_a_third_strided(monkeypatch, sha
     convolution = [spec.name for spec in case.graph.inputs].index("convolution")  # the channels-last input
     assert bool(_refusals(planned)) == apart
     assert bool(_reductions_reading(planned, planned.program.inputs[convolution].name)) != apart
+
+
+def copy_batch_norm_relu(x, weight, bias):
+    """BoTNet's: BatchNorm statistics over an NCHW copy of a channels-last tensor, the ReLU stored
+    channels-last again; the copy is an output too (a training graph saves it for the backward)."""
+    copy = x.contiguous()
+    normed = F.batch_norm(copy, None, None, weight, bias, training=True)
+    return copy, normed.relu().contiguous(memory_format=torch.channels_last)
+
+
+def test_long_rows_counted_along_the_row_keep_the_copy_apart(monkeypatch):
+    """Rows of 4 x 16 x 16 = 1024 (strided_fusion.LONG_ROW), with LONG_ROWS_BY_ROW_AXIS on (off by
+    default): the copy reads the input 8 channels apart along the row, contiguous only across rows,
+    which a program of one row does not share. Off, both axes decide and the copy joins the reduction."""
+    inputs = (_channels_last(4, 8, 16, 16), torch.randn(8) + 1, torch.randn(8))
+    fused = _schedule(copy_batch_norm_relu, *inputs)
+    assert _reductions_reading(fused, fused.program.inputs[0].name)
+    monkeypatch.setattr("compiler.strided_fusion.LONG_ROWS_BY_ROW_AXIS", True)
+    planned = _schedule(copy_batch_norm_relu, *inputs)
+    assert _refusals(planned)
+    assert not _reductions_reading(planned, planned.program.inputs[0].name)
+    compile_and_check(copy_batch_norm_relu, *inputs)

@@ -297,6 +297,37 @@ class KernelWriter(TritonMathOps):
             return self.emit(f"{raw}.to(tl.float32)", "float32")
         return raw
 
+    def load_selected(self, buffers: tuple[str, ...], selector: Expr, index: Expr) -> Var | None:
+        """One load at `index` from `buffers[selector]` (a cat of many like pieces: compiler.ops
+        `load_selected`): the piece's pointer is chosen per element, then read once, where a load
+        under each piece's mask costs every element one predicated load per piece. None where the
+        kernel cannot take it: it writes one of the buffers, its loads go by lanes, or the buffers'
+        dtypes differ; the caller then reads piece by piece."""
+        if self._dead or self.lane is not None or self.lane_extents is not None:
+            return None
+        stored = {key[0] if isinstance(key, tuple) else key for key in self._stored}
+        if any(b in self.group_writes or b in stored for b in buffers):
+            return None
+        dtypes = {self.buffer_dtypes[b] for b in buffers}
+        if len(dtypes) != 1:
+            return None
+        (dtype,) = dtypes
+        chosen = self._index_text(simplify_index(selector, self.bounds))
+        pointers = [self.pointer(b) for b in buffers]
+        pointer = pointers[-1]
+        for k in reversed(range(len(buffers) - 1)):
+            pointer = f"tl.where({chosen} == {k}, {pointers[k]}, {pointer})"
+        base = self.emit(pointer, "pointer")
+        index = simplify_index(index, self.bounds)
+        call = f"tl.load({base} + {self._index_text(index)}, {self._load_mask(index)}, other=0"
+        # each buffer holds a piece: what the kernel reads is the pieces one after another
+        span = upper_bound(index, self.bounds)
+        reread = self._reread(index if span is None else index + (span + 1) * selector)
+        raw = self.emit(call, dtype, lambda name: LoadLine(buffers[0], f"{name} = {call}", reread))
+        if dtype in ("bfloat16", "float16"):
+            return self.emit(f"{raw}.to(tl.float32)", "float32")
+        return raw
+
     def _reread(self, index: Expr) -> bool:
         """Whether a load at `index` reads elements that other rows or programs read too."""
         row_invariant = self.bounds[XINDEX] > 1 and XINDEX not in index.free_symbols

@@ -88,5 +88,10 @@ class _BoundedIndexOps:
 
     def index_expr(self, expr: Expr, *args: Any, **kwargs: Any) -> Any:
         return self._ops.index_expr(self._placed(expr), *args, **kwargs)
+
+    def load_selected(self, buffers: tuple[str, ...], selector: Expr, index: Expr) -> Any:
+        from compiler.ops import load_selected
+
+        return load_selected(self._ops, buffers, self._placed(selector), self._placed(index))
     # no load_view: compiler.ops.load_view then reads a view's storage offset through `load`. The one
     # handler that reads views by coordinates (inline_gathers) sits above this one (`rewrapped`).

@@ -38,6 +38,13 @@ def reduction_dims(x: TensorValue, dims: Sequence[int] | int | None) -> list[int
 UNROLLED_REDUCTION = 8
 UNROLL_SMALL_REDUCTIONS = True  # off: every reduction is a reduction kernel (A/B runs, bench/switch_ab.py)
 UNROLL_CAT_PIECES = True  # off: a small reduction a cat reads unrolls only where its rows lie apart
+# A reduction over two elements is one add: unrolled wherever its rows lie. Qwen2-MoE's and
+# DeepSeek-V3's sums over their top-2 experts ([4096 x 1024] rows 1024 apart) ran 15.0 -> 10.8 and
+# 17.1 -> 15.9 us unrolled, ResNeSt's sums over 2 radix groups 19.2 -> 17.4 and 37.8 -> 36.5 (Inductor
+# 11.1, 15.6, 18.2, 48.5; H200, 2026-11-29, bench/switch_ab.py). Unrolling every reduction of up to
+# 8 elements, as Inductor does, lost on sums over 4 and 8 whose rows are contiguous: T5's bias-grad
+# sum over 8 heads 44.5 -> 74.8, Hiera's over 4 windows 25.3 -> 36.4, Funnel's 7.9 -> 11.0.
+UNROLL_PAIRS = True  # off: a sum over two elements is unrolled only where its rows lie apart
 # A reduction over one element (a sum over a dim of size 1) is always the pointwise value it reads:
 # as a reduction kernel it could not be 2D-tiled, and Mamba-2's backward of a sum over its size-1
 # dim read and wrote [4, 32, 4, 256, 256] float32 tensors 32 heads apart in a 1D kernel: 573.7 us,
@@ -73,7 +80,8 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
     count = math.prod(reduction_ranges)
     single = count == 1 and ONE_ELEMENT_POINTWISE
     if UNROLL_SMALL_REDUCTIONS and reduction_type in _UNROLLED_COMBINE and 0 < count <= UNROLLED_REDUCTION \
-            and not out_dtypes and (single or _read_by_cat(ctx) or _rows_lie_apart(body, ranges, reduction_ranges)):
+            and not out_dtypes and (single or (UNROLL_PAIRS and count == 2) or _read_by_cat(ctx)
+                                   or _rows_lie_apart(body, ranges, reduction_ranges)):
         outputs = [_unrolled(body, ranges, reduction_ranges, _UNROLLED_COMBINE[reduction_type], accumulate_dtype)]
     else:
         outputs = ctx.reduce(ranges, reduction_ranges, reduction_type, body, out_dtypes or [accumulate_dtype])
