@@ -32,6 +32,7 @@ def load_view(ops: Any, buffer: str, layout: Any, index: Sequence[Any]) -> Any:
         return ops.load_view(buffer, layout, tuple(index))
     return ops.load(buffer, layout.index(index))
 
+
 def load_selected(ops: Any, buffers: Sequence[str], selector: Any, index: Any) -> Any:
     """One element at `index` of `buffers[selector]`, where buffers of one layout and dtype are read
     as one (a cat of many like pieces); None where `ops` cannot read it so (the caller then reads

@@ -11,9 +11,10 @@ pointwise kernel that walks its buffers in memory order, or in 2D tiles where th
 (compiler/tiling.py).
 
 So a pointwise step joins a reduction group only where more than three quarters of its bytes stay
-contiguous along one tile axis, after the row order compiler/row_order.py would pick; along the row
-itself where the group reduces rows of LONG_ROW or more that it reads along the row (such a kernel
-runs a row or two per program, so a step along xindex is a step to another program). PoolFormer's
+contiguous along one tile axis, after the row order compiler/row_order.py would pick (with
+LONG_ROWS_BY_ROW_AXIS, off: see its comment, along the row itself where the group reduces rows of
+LONG_ROW or more that it reads along the row, since such a kernel runs a row or two per program, so
+that a step along xindex is a step to another program). PoolFormer's
 token mixer (pooled - normed, scaled, added to a channels-last convolution) reads one of its three
 inputs channels-last, and fused it took 189 us against Inductor's 182 (H100, 2026-11-27). Bytes
 weigh by the size of the buffer accessed, so that a per-channel weight, read again and again from

@@ -23,7 +23,7 @@ def sources(artifact) -> str:
 
 def selected_pointers(source: str) -> int:
     """How many pointers the kernels choose per element."""
-    return len(re.findall(r"= tl\.where\(\w+ == 0, ptr_", source))
+    return len(re.findall(r"= tl\.where\([^,]+ == 0, ptr_", source))
 
 
 def loads(source: str) -> int:
@@ -93,3 +93,12 @@ def test_pieces_computed_by_an_earlier_kernel():
     source = sources(check(fn, *(rand((3, 4), seed=70 + i) for i in range(3))).artifact)
     assert selected_pointers(source) == 1
     assert "evict_last" not in source
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_like_pieces_read_inside_a_reduction(dim):
+    """The cat read in a reduction kernel's loop (a softmax over it, rows along either dim): the
+    pointer is chosen per element of the [XBLOCK, RBLOCK] tile."""
+    pieces = [rand((5, 37), seed=80 + i).to(torch.bfloat16) for i in range(4)]
+    result = check(lambda *xs: torch.softmax(torch.cat(xs, dim).float(), -1), *pieces)
+    assert selected_pointers(sources(result.artifact)) >= 1

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import sympy
 
 from compiler.indexing import Expr, simplify_index
+from compiler.ops import load_selected
 
 BOUNDED_PIECE_INDEX = True  # off: loads at `x - offset` as written (A/B runs, bench/switch_ab.py)
 # A piece at offset 0 is read at the bare symbol of its dim, placed too: a kernel's rindex may stand
@@ -86,12 +87,11 @@ class _BoundedIndexOps:
     def load(self, name: str, index: Expr, *args: Any, **kwargs: Any) -> Any:
         return self._ops.load(name, self._placed(index), *args, **kwargs)
 
+    def load_selected(self, buffers: tuple[str, ...], selector: Expr, index: Expr) -> Any:
+        return load_selected(self._ops, buffers, self._placed(selector), self._placed(index))
+
     def index_expr(self, expr: Expr, *args: Any, **kwargs: Any) -> Any:
         return self._ops.index_expr(self._placed(expr), *args, **kwargs)
 
-    def load_selected(self, buffers: tuple[str, ...], selector: Expr, index: Expr) -> Any:
-        from compiler.ops import load_selected
-
-        return load_selected(self._ops, buffers, self._placed(selector), self._placed(index))
     # no load_view: compiler.ops.load_view then reads a view's storage offset through `load`. The one
     # handler that reads views by coordinates (inline_gathers) sits above this one (`rewrapped`).

@@ -45,6 +45,7 @@ UNROLL_CAT_PIECES = True  # off: a small reduction a cat reads unrolls only wher
 # 8 elements, as Inductor does, lost on sums over 4 and 8 whose rows are contiguous: T5's bias-grad
 # sum over 8 heads 44.5 -> 74.8, Hiera's over 4 windows 25.3 -> 36.4, Funnel's 7.9 -> 11.0.
 UNROLL_PAIRS = True  # off: a sum over two elements is unrolled only where its rows lie apart
+UNROLL_EVERY_SMALL = False  # on: every reduction of at most UNROLLED_REDUCTION elements (the A/B above)
 # A reduction over one element (a sum over a dim of size 1) is always the pointwise value it reads:
 # as a reduction kernel it could not be 2D-tiled, and Mamba-2's backward of a sum over its size-1
 # dim read and wrote [4, 32, 4, 256, 256] float32 tensors 32 heads apart in a 1D kernel: 573.7 us,
@@ -80,7 +81,7 @@ def reduce_dims(ctx: LoweringContext, x: TensorValue, dims: Sequence[int] | int 
     count = math.prod(reduction_ranges)
     single = count == 1 and ONE_ELEMENT_POINTWISE
     if UNROLL_SMALL_REDUCTIONS and reduction_type in _UNROLLED_COMBINE and 0 < count <= UNROLLED_REDUCTION \
-            and not out_dtypes and (single or (UNROLL_PAIRS and count == 2) or _read_by_cat(ctx)
+            and not out_dtypes and (single or UNROLL_EVERY_SMALL or (UNROLL_PAIRS and count == 2) or _read_by_cat(ctx)
                                    or _rows_lie_apart(body, ranges, reduction_ranges)):
         outputs = [_unrolled(body, ranges, reduction_ranges, _UNROLLED_COMBINE[reduction_type], accumulate_dtype)]
     else:

@@ -165,14 +165,14 @@ def _load_cat_piece(ops: Any, t: TensorValue, index: Sequence[Any], dim: int, of
 # A cat of at least this many pieces that are buffers of one layout and dtype (StableLM's 16 per-head
 # LayerNorms) reads the piece an element lies in through a pointer chosen per element: one load, where
 # a masked load per piece cost each element 16 predicated loads and range tests, 0.36x Inductor (H200).
-SELECTED_PIECES = 3
+MIN_SELECTED_PIECES = 3
 SELECT_LIKE_PIECES = True  # off: every cat reads piece by piece under masks (A/B runs, bench/switch_ab.py)
 
 
 def _like_stored_pieces(pieces: Sequence[TensorValue], dim: int) -> list[StorageView] | None:
     """The pieces, where they are enough buffers seen through one layout (so one index reads any of
     them) of one dtype; else None."""
-    if not SELECT_LIKE_PIECES or len(pieces) < SELECTED_PIECES:
+    if not SELECT_LIKE_PIECES or len(pieces) < MIN_SELECTED_PIECES:
         return None
     if not all(isinstance(p, StorageView) for p in pieces):
         return None
