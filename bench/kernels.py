@@ -249,6 +249,14 @@ def run_case(case: Case, settings: Settings) -> dict:
     return measure(case.name, graph, case.fn, inputs, tensor_bytes(inputs) + tensor_bytes(reference), settings)
 
 
+def _benchmark_verdict(decision: dict) -> str:
+    """A benchmark-driven fusion's question, verdict and times as the compiler measured them (to
+    set beside the case's own timing: a verdict the case's time contradicts is worth a look)."""
+    verdict = "kept" if decision["fused"] else "overturned"
+    return (f"{decision['why_benchmarked'].split(':')[0]}: {verdict} "
+            f"(fused {decision['fused_ms']:.4f} ms, parts {sum(decision['unfused_ms']):.4f} ms)")
+
+
 def run_model_case(case: "ModelCase", settings: Settings) -> dict:
     """A case of bench/cases: its wire graph, rebuilt as an fx module for eager and Inductor, on
     random inputs in the case's value ranges; bytes from its header."""
@@ -273,8 +281,7 @@ def measure(name: str, graph, fn: Callable, inputs: list[torch.Tensor], moved: i
     error = relative_error(run(*inputs), _flatten(fn(*inputs)))
     row = {"case": name, "kernels": len(artifact.manifest["kernels"]), "compile_s": round(compile_s, 2),
            "rel_error": error, "bytes": moved, "plan_bytes": plan_bytes(artifact.plan),
-           "benchmarked": [f"{d['why_benchmarked'].split(':')[0]}: {'kept' if d['fused'] else 'overturned'}"
-                           for d in artifact.manifest["fusion"]["benchmarked"]],
+           "benchmarked": [_benchmark_verdict(d) for d in artifact.manifest["fusion"]["benchmarked"]],
            "kernel_info": [_kernel_info(k) for k in artifact.manifest["kernels"]]}
     timings = {"eager": lambda: graph_time_ms(fn, inputs), "fusewire": lambda: graph_time_ms(run, inputs)}
     if settings.with_inductor:

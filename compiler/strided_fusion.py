@@ -11,10 +11,10 @@ pointwise kernel that walks its buffers in memory order, or in 2D tiles where th
 (compiler/tiling.py).
 
 So a pointwise step joins a reduction group only where more than three quarters of its bytes stay
-contiguous along one tile axis, after the row order compiler/row_order.py would pick (with
-LONG_ROWS_BY_ROW_AXIS, off: see its comment, along the row itself where the group reduces rows of
-LONG_ROW or more that it reads along the row, since such a kernel runs a row or two per program, so
-that a step along xindex is a step to another program). PoolFormer's
+contiguous along one tile axis, after the row order compiler/row_order.py would pick; along the row
+itself where the group reduces fewer than FEW_ROWS rows of LONG_ROW or more that it reads along the
+row (such a kernel runs a row or two per program: a step along xindex is a step to another program,
+and too few programs run to hide it). PoolFormer's
 token mixer (pooled - normed, scaled, added to a channels-last convolution) reads one of its three
 inputs channels-last, and fused it took 189 us against Inductor's 182 (H100, 2026-11-27). Bytes
 weigh by the size of the buffer accessed, so that a per-channel weight, read again and again from
@@ -26,6 +26,7 @@ from __future__ import annotations
 from compiler.dependencies import MemoryDep, ReadWrites
 from compiler.indexing import RINDEX, XINDEX
 from compiler.row_order import choose_row_order
+from compiler.split_reductions import FULL_LOOPED_PROGRAMS
 from compiler.tiling import median_steps, unit_steps
 
 STRIDED_SHARE = 0.25  # the share of a pointwise side's bytes strided along both axes from which it stays apart
@@ -35,18 +36,19 @@ MIN_ROW = 32  # rows shorter than this put many rows in a program, whose accesse
 # elements apart along the keys, and ran 24.0 us with the producer fused, 30.6 apart (H100, 2026-11-27).
 SECTOR_BYTES = 32
 REFUSE_STRIDED = True  # bench/census.py and bench/switch_ab.py turn it off to find and time what it changes
-# A reduction over rows this long, that reads its own input along the row, runs one row or a few per
-# program (XBLOCK 1-2): an access contiguous only along xindex is strided there too. BoTNet's BatchNorm
-# forward fused the NCHW copy of its channels-last input (reading 64 channels apart along the row) and
-# the ReLU's channels-last store: 256 rows of 6272 in 256 programs, 35.2 us; with the scheduler's
-# fusion off, 19.9 us over twelve kernels (Inductor 27.9, whose copy runs apart; H200, 2026-11-29).
-# Judged so (this switch on), it ran 39.0 -> 14.7 us, and 6 more of 17 cases timed ran 1.10-1.40x
-# faster; but CoaT's cast + mul before a sum over 3137 tokens ran 29.7 -> 33.3 us (0.95x Inductor),
-# ResNeSt's radix gradient 36.5 -> 51.2, FastViT's BatchNorm backward 24.8 -> 28.0, whose fused
-# kernels read their strided inputs faster than the kernels apart re-read the pointwise results
-# (bench/switch_ab.py; docs/PERF.md). Off until a rule tells those apart.
+# A reduction over rows this long that it reads along the row runs one row or two per program (XBLOCK
+# 1-2): an access contiguous only along xindex is strided there too, and where the rows are fewer than
+# keep the memory system busy (split_reductions.FULL_LOOPED_PROGRAMS), nothing hides it. BoTNet's
+# BatchNorm forward fused the NCHW copy of its channels-last input (64 channels apart along the row)
+# and the ReLU's channels-last store into 256 programs of 6272: 39.0 us; judged along the row, the two
+# run apart, 14.7 us (Inductor 35.7; H200, 2026-11-29, bench/switch_ab.py). The same rule over any
+# number of rows changed 21 cases: the six of fewer rows ran 1.10-2.66x faster (BoTNet's three,
+# Mamba-2's, MobileViT's, EdgeNeXt's), while over 768-8192 rows the fused kernels won or tied (CoaT's
+# sum over 2048 rows 29.7 against 33.3 us apart, ResNeSt's 36.5 against 51.2, FastViT's 24.8 against
+# 28.0). The bound was fitted on those 17 timed cases.
 LONG_ROW = 1024
-LONG_ROWS_BY_ROW_AXIS = False  # on: a long row's accesses count as strided by their step along the row
+FEW_ROWS = FULL_LOOPED_PROGRAMS
+LONG_ROWS_BY_ROW_AXIS = True  # off: an access contiguous along either tile axis is never strided
 
 
 def strided_in_reduction(pointwise_nodes: set[str], group, read_writes: dict[str, ReadWrites],
@@ -71,8 +73,8 @@ def strided_bytes(pointwise_nodes: set[str], group, read_writes: dict[str, ReadW
     reordered = choose_row_order(group.nodes, mapping, read_writes, itemsize, internal)
     if reordered is not None:
         mapping = reordered[0]
-    by_row = LONG_ROWS_BY_ROW_AXIS and mapping.rnumel >= LONG_ROW and _reduces_along_rows(group, read_writes, mapping,
-                                                                                          pointwise_nodes)
+    by_row = LONG_ROWS_BY_ROW_AXIS and mapping.rnumel >= LONG_ROW and mapping.numel < FEW_ROWS \
+        and _reduces_along_rows(group, read_writes, mapping, pointwise_nodes)
     total = strided = 0
     for node in group.nodes:
         if node.name not in pointwise_nodes:

@@ -143,15 +143,18 @@ def copy_batch_norm_relu(x, weight, bias):
     return copy, normed.relu().contiguous(memory_format=torch.channels_last)
 
 
-def test_long_rows_counted_along_the_row_keep_the_copy_apart(monkeypatch):
-    """Rows of 4 x 16 x 16 = 1024 (strided_fusion.LONG_ROW), with LONG_ROWS_BY_ROW_AXIS on (off by
-    default): the copy reads the input 8 channels apart along the row, contiguous only across rows,
-    which a program of one row does not share. Off, both axes decide and the copy joins the reduction."""
+def test_few_long_rows_count_only_the_row_axis(monkeypatch):
+    """8 rows of 4 x 16 x 16 = 1024 (strided_fusion.LONG_ROW, fewer than FEW_ROWS): the copy reads
+    the input 8 channels apart along the row, contiguous only across rows, which a program of one row
+    does not share. With the rule off, or rows as many as FEW_ROWS, both axes decide and the copy
+    joins the reduction."""
     inputs = (_channels_last(4, 8, 16, 16), torch.randn(8) + 1, torch.randn(8))
-    fused = _schedule(copy_batch_norm_relu, *inputs)
-    assert _reductions_reading(fused, fused.program.inputs[0].name)
-    monkeypatch.setattr("compiler.strided_fusion.LONG_ROWS_BY_ROW_AXIS", True)
     planned = _schedule(copy_batch_norm_relu, *inputs)
     assert _refusals(planned)
     assert not _reductions_reading(planned, planned.program.inputs[0].name)
     compile_and_check(copy_batch_norm_relu, *inputs)
+    monkeypatch.setattr("compiler.strided_fusion.FEW_ROWS", 8)
+    assert _reductions_reading(_schedule(copy_batch_norm_relu, *inputs), planned.program.inputs[0].name)
+    monkeypatch.setattr("compiler.strided_fusion.FEW_ROWS", 9)
+    monkeypatch.setattr("compiler.strided_fusion.LONG_ROWS_BY_ROW_AXIS", False)
+    assert _reductions_reading(_schedule(copy_batch_norm_relu, *inputs), planned.program.inputs[0].name)
