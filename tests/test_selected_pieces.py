@@ -102,3 +102,15 @@ def test_like_pieces_read_inside_a_reduction(dim):
     pieces = [rand((5, 37), seed=80 + i).to(torch.bfloat16) for i in range(4)]
     result = check(lambda *xs: torch.softmax(torch.cat(xs, dim).float(), -1), *pieces)
     assert selected_pointers(sources(result.artifact)) >= 1
+
+
+def test_a_gather_from_a_cat_of_like_pieces():
+    """Rows gathered from a cat (an embedding table kept in pieces): the cat is inlined into the
+    gather's kernel (compiler/inline_gathers.py), and the piece is chosen by the gathered index."""
+    def fn(a, b, c, idx):
+        return torch.cat([a, b, c], 0).sin()[idx] * 2
+
+    pieces = [rand((4, 6), seed=90 + i) for i in range(3)]
+    result = check(fn, *pieces, torch.tensor([0, 11, 5, 7, 3, -1, 2]))
+    assert selected_pointers(sources(result.artifact)) == 1
+    assert len(result.artifact.manifest["kernels"]) == 1
