@@ -45,7 +45,8 @@ REFUSE_STRIDED = True  # bench/census.py and bench/switch_ab.py turn it off to f
 # number of rows changed 21 cases: the six of fewer rows ran 1.10-2.66x faster (BoTNet's three,
 # Mamba-2's, MobileViT's, EdgeNeXt's), while over 768-8192 rows the fused kernels won or tied (CoaT's
 # sum over 2048 rows 29.7 against 33.3 us apart, ResNeSt's 36.5 against 51.2, FastViT's 24.8 against
-# 28.0). The bound was fitted on those 17 timed cases.
+# 28.0) but for PoolFormer's GroupNorm backward (38.4 fused, 33.9 apart). The bound was fitted on
+# those 17 timed cases.
 LONG_ROW = 1024
 FEW_ROWS = FULL_LOOPED_PROGRAMS
 LONG_ROWS_BY_ROW_AXIS = True  # off: an access contiguous along either tile axis is never strided
