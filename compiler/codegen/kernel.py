@@ -293,9 +293,13 @@ class KernelWriter(TritonMathOps):
         raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", reread))
         if scalar:
             raw = self.emit(f"tl.broadcast_to({raw}, {self.section.shape})", dtype)
-        if dtype in ("bfloat16", "float16"):
-            return self.emit(f"{raw}.to(tl.float32)", "float32")
-        return raw
+        return self.computed(raw)
+
+    def computed(self, loaded: Var) -> Var:
+        """A loaded value in the dtype kernels compute in: bf16 and fp16 widen to float32."""
+        if loaded.dtype in ("bfloat16", "float16"):
+            return self.emit(f"{loaded}.to(tl.float32)", "float32")
+        return loaded
 
     def load_selected(self, buffers: tuple[str, ...], selector: Expr, index: Expr) -> Var | None:
         """One load at `index` from `buffers[selector]` (a cat of many like pieces: compiler.ops
@@ -323,10 +327,7 @@ class KernelWriter(TritonMathOps):
         # each buffer holds a piece: what the kernel reads is the pieces one after another
         span = upper_bound(index, self.bounds)
         reread = self._reread(index if span is None else index + (span + 1) * selector)
-        raw = self.emit(call, dtype, lambda name: LoadLine(buffers[0], f"{name} = {call}", reread))
-        if dtype in ("bfloat16", "float16"):
-            return self.emit(f"{raw}.to(tl.float32)", "float32")
-        return raw
+        return self.computed(self.emit(call, dtype, lambda name: LoadLine(buffers[0], f"{name} = {call}", reread)))
 
     def _reread(self, index: Expr) -> bool:
         """Whether a load at `index` reads elements that other rows or programs read too."""
@@ -347,10 +348,7 @@ class KernelWriter(TritonMathOps):
         reread = self._reread(first)
         raw = self.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", reread))
         halves = self.emit(f"tl.split({raw})", dtype)
-        value = self.emit(f"{halves}[{self.lane[inner]}]", dtype)
-        if dtype in ("bfloat16", "float16"):
-            return self.emit(f"{value}.to(tl.float32)", "float32")
-        return value
+        return self.computed(self.emit(f"{halves}[{self.lane[inner]}]", dtype))
 
     def _load_mask(self, index: Expr) -> str:
         """The mask of a load at `index`. A load of one value per row in a loop over the row

@@ -59,7 +59,4 @@ def _run(writer: "KernelWriter", buffer: str, start: Expr, extent: int) -> Var:
     inside = f"({offsets} >= 0) & ({offsets} < {extent})"
     call = f"tl.load({writer.pointer(buffer)} + {offsets}, {inside}, other=0"
     dtype = writer.buffer_dtypes[buffer]
-    raw = writer.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", False))
-    if dtype in ("bfloat16", "float16"):
-        return writer.emit(f"{raw}.to(tl.float32)", "float32")
-    return raw
+    return writer.computed(writer.emit(call, dtype, lambda name: LoadLine(buffer, f"{name} = {call}", False)))

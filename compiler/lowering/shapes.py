@@ -121,7 +121,7 @@ def cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> L
         offsets.append(running)
         running += t.size[dim]
 
-    selectable = _like_stored_pieces(pieces, dim)
+    selectable = _like_stored_pieces(pieces)
 
     def load(ops, index):
         if selectable is not None:
@@ -169,7 +169,7 @@ MIN_SELECTED_PIECES = 3
 SELECT_LIKE_PIECES = True  # off: every cat reads piece by piece under masks (A/B runs, bench/switch_ab.py)
 
 
-def _like_stored_pieces(pieces: Sequence[TensorValue], dim: int) -> list[StorageView] | None:
+def _like_stored_pieces(pieces: Sequence[TensorValue]) -> list[StorageView] | None:
     """The pieces, where they are enough buffers seen through one layout (so one index reads any of
     them) of one dtype; else None."""
     if not SELECT_LIKE_PIECES or len(pieces) < MIN_SELECTED_PIECES:
