@@ -165,6 +165,29 @@ def test_pieces_read_in_place_when_nothing_observes_their_strides():
     assert not [n for n in graphs[0].graph.nodes if n.op == "call_method" and n.target == "contiguous"]
 
 
+class ChunkedThroughAReshape(nn.Module):
+    """Longformer's sliding chunks: keys reshaped per head (a view of a contiguous projection, a copy of
+    a piece of the grouped result), then read as overlapping chunks through `as_strided` with the
+    strides the reshape gave (dynamo bakes them in as it traces)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k = nn.Linear(WIDTH, 12), nn.Linear(WIDTH, 12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens, batch, _ = x.shape
+        keys = self.k(x).view(tokens, batch, 3, 4).transpose(0, 1).transpose(1, 2).reshape(batch * 3, tokens, 4)
+        step = list(keys.stride())
+        chunks = keys.as_strided((batch * 3, tokens // 2 - 1, 4, 4), (step[0], 2 * step[1], step[1], step[2]))
+        return chunks.sum((1, 2)).view(batch, 3, 4) * self.q(x)[0].view(batch, 3, 4)
+
+
+def test_a_piece_reshaped_then_read_through_as_strided_is_made_contiguous():
+    model, seen = ChunkedThroughAReshape(), {}
+    run_both(model, torch.randn(8, 2, WIDTH), compile_grouped(model, seen))
+    assert seen["removed"] == 1
+
+
 class WrittenInPlace(nn.Module):
     """q, k, v of one input, q clamped in place as OLMo clamps (`clamp_`), k written through a view."""
 

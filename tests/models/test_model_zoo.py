@@ -38,11 +38,14 @@ MODELS = list(ZOO)
 # FNet (its Fourier transforms run as ATen calls on complex tensors), LFM2, MViT-v2, EfficientViT, Hiera,
 # ECA-ResNet; and a seventh (tests/models/zoo_held_out_7.py): DeepSeek-V3, Mamba-2, GLM-4, ConvBERT, MobileBERT,
 # Switch Transformers, Sequencer2D, FastViT, GC ViT, DPN; and an eighth (tests/models/zoo_held_out_8.py): XLNet,
-# Funnel Transformer, StableLM, Qwen2-MoE, PEGASUS-X, BoTNet, MixNet, Twins-SVT, BiT, SAM's ViT, MambaOut
+# Funnel Transformer, StableLM, Qwen2-MoE, PEGASUS-X, BoTNet, MixNet, Twins-SVT, BiT, SAM's ViT, MambaOut; and a
+# ninth (tests/models/zoo_held_out_9.py): Phi-3, OLMo-2, ESM-2, gpt-oss, Longformer, HaloNet, DaViT, TinyViT, RepViT,
+# InceptionNeXt, CrossViT
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
-# ViT's attention already project q/k/v with one weight
-PROJECTS_ONE_INPUT_SEVERAL_TIMES = ("llama", "bert", "t5")
+# ViT's attention already project q/k/v with one weight. Longformer reads its grouped keys through a
+# reshape and `as_strided` (the piece is made contiguous: client/linear_groups.py)
+PROJECTS_ONE_INPUT_SEVERAL_TIMES = ("llama", "bert", "t5", "longformer")
 # transformers' mixture of experts calls its custom op `grouped_mm_fallback` under torch.compile in
 # float32 (client/local_ops.py)
 CALLS_CUSTOM_OPS = ("mixtral",)

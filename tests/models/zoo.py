@@ -755,6 +755,10 @@ from zoo_held_out_8 import HELD_OUT_8  # noqa: E402  (the eighth group, likewise
 
 HELD_OUT.update(HELD_OUT_8)
 
+from zoo_held_out_9 import HELD_OUT_9  # noqa: E402  (the ninth group, likewise)
+
+HELD_OUT.update(HELD_OUT_9)
+
 
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
