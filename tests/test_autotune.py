@@ -568,6 +568,20 @@ def test_a_mixed_kernel_over_rows_of_257_to_1024_starts_at_two_rows_on_two_warps
     assert (short["XBLOCK"], short["num_warps"]) == (16, 4)
 
 
+def test_a_mixed_kernel_over_rows_of_129_to_256_starts_at_two_rows_on_one_warp_and_tries_eight():
+    """heuristics.MIXED_SHORT_ROWS: autotuning's pick for most LayerNorm backwards over 192-256 channels;
+    the default's 8 rows on 4 warps stays a candidate, and rows of 128 or fewer keep it."""
+    from compiler.codegen.heuristics import KernelShape, launch_config
+
+    for width in (192, 256):
+        config = launch_config(KernelShape(6304, width, True, mix_rows=8), "cuda:sm_90")
+        assert (config["XBLOCK"], config["num_warps"], config["mix_rows"]) == (2, 1, 8)
+        kernel = types.SimpleNamespace(config=config, numel=6304, rnumel=width)
+        assert {(c["XBLOCK"], c["num_warps"]) for c in candidate_configs(kernel)} >= {(2, 1), (2, 2), (8, 4)}
+    narrow = launch_config(KernelShape(12832, 128, True, mix_rows=16), "cuda:sm_90")
+    assert (narrow["XBLOCK"], narrow["num_warps"]) == (16, 4)
+
+
 def test_a_looped_row_reduction_with_few_rows_starts_on_long_steps_of_32_warps():
     """heuristics.FEW_LOOPED_ROWS: a BatchNorm's statistics over 128 NCHW channels have a program per
     channel, too few to keep memory busy on 8 warps; with more rows the default stays."""

@@ -231,6 +231,27 @@ def test_a_piece_at_offset_zero_tiled_along_the_cat_reads_its_producer_at_a_plai
     assert index_divisions(placed) < index_divisions(gpu_kernel_sources(gated_cat_backward, *inputs))
 
 
+def relative_logits_to_absolute(logits):
+    """HaloNet's and BoTNet's rel_logits_1d: each row's [W, 2W - 1] logits padded by a column, flattened,
+    padded by W - 1 more, and viewed as [W + 1, 2W - 1], every row shifted by one (pads after the end only;
+    the model slices the result, in a kernel of its own in both models' captures)."""
+    rows, width, span = logits.shape
+    flat = F.pad(logits, (0, 1)).reshape(rows, width * (span + 1))
+    return F.pad(flat, (0, span - width)).reshape(rows, width + 1, span)
+
+
+def test_a_pad_after_the_end_reads_its_views_at_rows_the_bound_joins(monkeypatch):
+    """Inside a pad that adds after the end, the index lies below the piece's size (END_PAD_PLACED):
+    the division that a view puts beneath it joins with the row's, where unbounded it carries a
+    `(x // 207 + (x % 207) // 192) % rows` term; the values are eager's either way."""
+    logits = rand((6, 5, 9))
+    check(relative_logits_to_absolute, logits)
+    placed = gpu_kernel_sources(relative_logits_to_absolute, logits)
+    monkeypatch.setattr(shapes, "END_PAD_PLACED", False)
+    check(relative_logits_to_absolute, logits)
+    assert index_divisions(placed) < index_divisions(gpu_kernel_sources(relative_logits_to_absolute, logits))
+
+
 def test_a_slice_from_the_start_or_to_the_end_is_tested_on_one_side(monkeypatch):
     """slice_scatter over [0, 3) tests `< 3` only, over [5, 9) `>= 5` only; the values are eager's."""
     def fn(x, head, tail):

@@ -38,6 +38,13 @@ FEW_LOOPED_ROWS_RULE = True  # the switch for bench/switch_ab.py --untuned
 # of 8 configs the best for GPT-2's LayerNorm backward, 4 % and 8 % behind the best for BERT's and
 # ViT's (H100, 2026-11-24; autotuning tries the others).
 MIXED_STEP_ELEMENTS = 2048
+# ...except rows of 129-256 elements, which take 2 rows on 1 warp: autotuning picked exactly that for 14
+# of the 20 distinct mixed kernels over such rows in the measured sets (the LayerNorm backwards of
+# CrossViT, GC ViT, SAM's ViT, Twins, EVA-02, VOLO and DaViT; H100 and H200, 2026-11-27 to 29), 2 rows on
+# 2-4 warps for 4 more, where the default (8 rows on 4 warps) ran 1.0-2.7x the tuned time (geomean 1.72x).
+# Not A/B'd untuned on a GPU (bench/switch_ab.py --untuned); autotuning still tries 8 rows on 4 warps.
+MIXED_SHORT_ROWS = (128, 256)
+MIXED_SHORT_ROWS_RULE = True  # the switch for bench/switch_ab.py --untuned
 # ...except rows of 257-1024 elements, which take 2 rows on 2 warps. Fitted over every mixed kernel
 # of the four case sets (H200, 2026-11-27, bench/heuristic_fit.py: each kernel's autotuning
 # candidates timed): 2 rows on 4 warps ran 1.154x the fastest candidate's time (geomean of 17
@@ -167,6 +174,8 @@ def _mixed_config(shape: KernelShape, target: str) -> dict:
         pipelined = programs <= MIX_MIN_PROGRAMS or shape.mix_rows // xblock >= MIXED_PIPELINED_MIN_STEPS
         ahead = {"loop_stages": MIXED_MID_ROWS_STAGES} if MIXED_PIPELINED_RULE and pipelined else {}
         return _config(xblock, rblock, 2, True) | {"mix_rows": shape.mix_rows} | ahead
+    if MIXED_SHORT_ROWS_RULE and target != "cpu" and MIXED_SHORT_ROWS[0] < rblock <= MIXED_SHORT_ROWS[1]:
+        return _config(min(2, shape.mix_rows & -shape.mix_rows), rblock, 1, True) | {"mix_rows": shape.mix_rows}
     elements = CPU_BLOCK_ELEMENTS if target == "cpu" else MIXED_STEP_ELEMENTS
     xblock = max(1, min(shape.mix_rows & -shape.mix_rows, elements // rblock))
     num_warps = 4 if target == "cpu" else min(16, max(1, xblock * rblock // 512))

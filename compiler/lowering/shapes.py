@@ -208,6 +208,13 @@ def stack(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) ->
     return cat(ctx, [views.unsqueeze(t, dim) for t in tensors], dim)
 
 
+# The inside of a pad that adds after the end only is placed as well: its index needs no shift, but the
+# bound `x < size` joins the divisions that views put beneath it. HaloNet's and BoTNet's relative
+# logits pad a flattened [.., W, 2W - 1] and read it through views, as `((x // 207 + (x % 207) // 192)
+# % 8192)` where, under the mask x % 207 < 192, the row is x // 207.
+END_PAD_PLACED = True  # off: only a pad before the start is placed (A/B runs, bench/switch_ab.py)
+
+
 @register("aten.constant_pad_nd.default")
 def constant_pad_nd(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], value: Any = 0) -> Lazy:
     """Pads (or, with negative amounts, crops) the last len(pad) / 2 dims. Only a side that adds
@@ -219,11 +226,11 @@ def constant_pad_nd(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], va
     def load(ops, index):
         shifted = list(index)
         inside = None
-        bounded = []  # dims whose index may be negative outside the mask: placed by load_pieces
+        bounded = []  # dims whose index may leave the piece outside the mask: placed by load_pieces
         for i, (before, after) in enumerate(pairs):
             d = x.rank - 1 - i
             shifted[d] = index[d] - before
-            if before > 0:
+            if before > 0 or (after > 0 and END_PAD_PLACED):
                 bounded.append(d)
             if before <= 0 and after <= 0:
                 continue
