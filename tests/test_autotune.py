@@ -554,32 +554,24 @@ def test_layer_norm_rows_start_one_per_program_on_one_warp():
     assert launch_config(KernelShape(8192, 128, True), "cuda:sm_90")["XBLOCK"] > 1
 
 
-def test_a_mixed_kernel_over_rows_of_257_to_1024_starts_at_two_rows_on_two_warps_and_tries_four():
-    """The mixed-order heuristic fitted over every mixed kernel of the case sets (heuristics.MIXED_MID_ROWS);
-    the former default (2 rows on 4 warps) stays a candidate, shorter rows keep their wider steps."""
+@pytest.mark.parametrize("widths,start,also_tried", [
+    ((384, 768, 1024), (2, 2), {(2, 4), (4, 4)}),  # heuristics.MIXED_MID_ROWS: the former 2 rows on 4 warps tried
+    ((192, 256), (2, 1), {(2, 2), (8, 4)}),  # heuristics.MIXED_SHORT_ROWS: the former 8 rows on 4 warps tried
+])
+def test_a_mixed_kernel_starts_at_the_step_fitted_to_its_row_length_and_tries_the_former_one(widths, start, also_tried):
+    """The mixed-order heuristics fitted over the measured mixed kernels: rows of 257-1024 start at 2 rows
+    on 2 warps, rows of 129-256 at 2 on 1; the former defaults stay candidates, and rows of 128 or fewer
+    keep their wider steps."""
     from compiler.codegen.heuristics import KernelShape, launch_config
 
-    for width in (384, 768, 1024):
+    for width in widths:
         config = launch_config(KernelShape(4096, width, True, mix_rows=8), "cuda:sm_90")
-        assert (config["XBLOCK"], config["num_warps"], config["mix_rows"]) == (2, 2, 8)
+        assert (config["XBLOCK"], config["num_warps"], config["mix_rows"]) == (*start, 8)
         kernel = types.SimpleNamespace(config=config, numel=4096, rnumel=width)
-        assert {(c["XBLOCK"], c["num_warps"]) for c in candidate_configs(kernel)} >= {(2, 2), (2, 4), (4, 4)}
-    short = launch_config(KernelShape(100352, 96, True, mix_rows=128), "cuda:sm_90")
-    assert (short["XBLOCK"], short["num_warps"]) == (16, 4)
-
-
-def test_a_mixed_kernel_over_rows_of_129_to_256_starts_at_two_rows_on_one_warp_and_tries_eight():
-    """heuristics.MIXED_SHORT_ROWS: autotuning's pick for most LayerNorm backwards over 192-256 channels;
-    the default's 8 rows on 4 warps stays a candidate, and rows of 128 or fewer keep it."""
-    from compiler.codegen.heuristics import KernelShape, launch_config
-
-    for width in (192, 256):
-        config = launch_config(KernelShape(6304, width, True, mix_rows=8), "cuda:sm_90")
-        assert (config["XBLOCK"], config["num_warps"], config["mix_rows"]) == (2, 1, 8)
-        kernel = types.SimpleNamespace(config=config, numel=6304, rnumel=width)
-        assert {(c["XBLOCK"], c["num_warps"]) for c in candidate_configs(kernel)} >= {(2, 1), (2, 2), (8, 4)}
-    narrow = launch_config(KernelShape(12832, 128, True, mix_rows=16), "cuda:sm_90")
-    assert (narrow["XBLOCK"], narrow["num_warps"]) == (16, 4)
+        assert {(c["XBLOCK"], c["num_warps"]) for c in candidate_configs(kernel)} >= {start, *also_tried}
+    for rows, width in ((100352, 96), (12832, 128)):
+        short = launch_config(KernelShape(rows, width, True, mix_rows=128), "cuda:sm_90")
+        assert (short["XBLOCK"], short["num_warps"]) == (16, 4)
 
 
 def test_a_looped_row_reduction_with_few_rows_starts_on_long_steps_of_32_warps():
