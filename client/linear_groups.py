@@ -27,9 +27,9 @@ the graph could tell the difference: it is a graph output, a reader depends on s
 ...), or a `view` of it, or of a view of it (a transpose, an unsqueeze, a slice...), is impossible
 with the piece's strides. Readers are followed through views and through reshapes, which view where
 the strides allow and copy elsewhere: Longformer reshapes its keys (a view of a contiguous projection,
-a copy of a piece) and chunks the result with `as_strided` at the strides the view had. A piece that the graph writes in place (OLMo clamps its q, k and v with
-`clamp_`), directly or through a view, is cloned: autograd refuses in-place writes to a view made by
-`split`.
+a copy of a piece) and chunks the result with `as_strided` at the strides the view had. A piece that
+the graph writes in place (OLMo clamps its q, k and v with `clamp_`), directly or through a view, is
+cloned: autograd refuses in-place writes to a view made by `split`.
 
 The concatenated weights are recomputed in the backward (`recompute_weight_concats`, run on the
 joint graph before the min-cut partition) instead of saved: a copy of the weights costs a few
@@ -48,10 +48,8 @@ from torch.utils import _pytree as pytree
 LINEARS = (torch._C._nn.linear, torch.nn.functional.linear)
 # calls in dynamo's graphs that switch grad mode or autocast for the nodes after them
 MODE_SWITCHES = {"_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast"}
-# readers that return a view of their first argument: a view impossible with a piece's strides raises.
-# `reshape` and its kin return a view where the strides allow one and a contiguous copy elsewhere, so
-# their result's strides differ with the piece's: Longformer reshapes its keys (a view of a contiguous
-# projection, a copy of a piece) and reads the result through `as_strided` with the strides it had
+# readers that return a view of their first argument: a view impossible with a piece's strides raises;
+# `reshape` and its kin view where the strides allow and copy elsewhere (the module docstring's Longformer)
 VIEWS = {"view", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "unflatten", "narrow",
          "select", "getitem", "__getitem__", "split", "chunk", "unbind", "diagonal", "movedim", "swapaxes",
          "reshape", "flatten", "view_as", "reshape_as", "unfold"}
