@@ -309,8 +309,7 @@ class KernelWriter(TritonMathOps):
         dtypes differ; the caller then reads piece by piece."""
         if self._dead or self.lane is not None or self.lane_extents is not None:
             return None
-        stored = {key[0] if isinstance(key, tuple) else key for key in self._stored}
-        if any(b in self.group_writes or b in stored for b in buffers):
+        if any(b in self.group_writes for b in buffers):  # every buffer the kernel stores is among them
             return None
         dtypes = {self.buffer_dtypes[b] for b in buffers}
         if len(dtypes) != 1:

@@ -18,14 +18,15 @@ from client.cubin import cuda_target
 from client.runtime import load
 from compiler.fx_import import from_fx
 from tests.gpu.test_gpu_cubins import no_triton_compiler  # noqa: F401  (a fixture)
-from tests.test_selected_pieces import per_head_rotary, selected_pointers, sources
+from tests.lowering_cases import kernel_sources
+from tests.test_selected_pieces import per_head_rotary, selected_pointers
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
 def compiled(fn, *inputs):
     artifact = compiler.compile(from_fx(make_fx(fn)(*inputs), list(inputs)), cuda_target())
-    assert selected_pointers(sources(artifact)) >= 1
+    assert selected_pointers(kernel_sources(artifact)) >= 1
     return load(artifact)
 
 
