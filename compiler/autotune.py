@@ -149,6 +149,7 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
     reduction over a short column (each needs its own source)."""
     base = kernel.config
     variants: list[dict] = []
+    few_programs: list[dict] = []  # variants that may launch fewer programs than MIN_PROGRAMS and the base
     if base.get("phases") or base.get("parts"):  # phases or parts of one launch (compiler.single_programs,
         # compiler.parallel_passes): each one's config is fixed
         return [dict(base)]
@@ -182,6 +183,14 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         variants = [{"XBLOCK": x, "num_warps": w} for x, w in ((128, 2), (128, 4), (512, 4), (512, 8), (1024, 8))]
     elif kernel.rnumel == 1:
         variants = [{"XBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 512, "num_warps": 4}, {"num_warps": 8}]
+    elif base["persistent"] and base.get("outer") and base["RBLOCK"] > 64:  # whole columns, one a program
+        # (heuristics.WHOLE_SHORT_COLUMNS_RULE): warps, and with a new source the looped tiles that
+        # were the default before; none of them is held to the floor of programs the base does not reach
+        variants = [{"num_warps": w} for w in (2, 8)]
+        few_programs = [{"XBLOCK": 2}, {"XBLOCK": 4}]
+        if can_regenerate:
+            few_programs += [{"persistent": False, "XBLOCK": x, "RBLOCK": min(base["RBLOCK"] // 2, r)}
+                             for x, r in ((4, 512), (4, 256), (8, 128))]
     elif base["persistent"] and base.get("outer"):  # few rows, many columns: columns per warp matter most
         x, warps = base["XBLOCK"], base["num_warps"]
         variants = [{"num_warps": w} for w in (1, 2, 4) if w != warps]
@@ -213,7 +222,8 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
                     {"XBLOCK": base["XBLOCK"] * 2}, {"num_stages": 2}]  # software-pipelined loads across loop steps
     configs = [dict(base)]
     crossed = _crossed_variants(kernel) if can_regenerate and getattr(kernel, "crossed", False) else []
-    for variant, floor in [(v, MIN_PROGRAMS) for v in variants] + [(v, CROSSED_MIN_PROGRAMS) for v in crossed]:
+    tried = [(v, MIN_PROGRAMS) for v in variants] + [(v, CROSSED_MIN_PROGRAMS) for v in crossed]
+    for variant, floor in tried + [(v, 1) for v in few_programs]:
         config = _plain_loops_unmarked(base | variant)
         if config not in configs and config["XBLOCK"] <= max(1, _next_power_of_2(kernel.numel)) \
                 and _programs(kernel, config) >= min(floor, _programs(kernel, base)):

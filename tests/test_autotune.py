@@ -585,6 +585,29 @@ def test_a_looped_row_reduction_with_few_rows_starts_on_long_steps_of_32_warps()
     assert (many["RBLOCK"], many["num_warps"]) == (2048, 8)
 
 
+@pytest.mark.parametrize("columns,rows,whole", [
+    (64, 784, True), (48, 300, True), (33, 100, True), (384, 1568 // 2, False), (256, 1000, False), (200, 400, False),
+    (64, 50, False), (64, 2048, False), (1024, 1000, False),
+])
+def test_a_few_short_columns_are_held_whole_and_the_former_looped_tiles_still_tried(columns, rows, whole):
+    """heuristics.WHOLE_SHORT_COLUMNS_RULE: up to 64 columns of 65-1024 rows, one column a program in
+    registers; autotuning also tries 2 and 4 columns, and with a new source the looped tiles of before
+    (4 columns x 512 rows a step), though they launch fewer programs."""
+    from compiler.codegen.heuristics import KernelShape, launch_config, next_power_of_2
+
+    config = launch_config(KernelShape(columns, rows, True, outer=True), "cuda:sm_90")
+    assert config["outer"] and (config["persistent"] and config["XBLOCK"] == 1) is whole
+    if not whole:
+        return
+    assert config["RBLOCK"] == next_power_of_2(rows) and config["num_warps"] == 4
+    kernel = types.SimpleNamespace(config=config, numel=columns, rnumel=rows)
+    tried = {(c["XBLOCK"], c["RBLOCK"], c["persistent"]) for c in candidate_configs(kernel, can_regenerate=True)}
+    looped = min(512, next_power_of_2(rows) // 2)
+    assert tried >= {(2, config["RBLOCK"], True), (4, config["RBLOCK"], True), (4, looped, False)}
+    assert all(persistent for *_, persistent in {(c["XBLOCK"], c["RBLOCK"], c["persistent"])
+                                                   for c in candidate_configs(kernel)})  # without a new source
+
+
 def test_a_crossed_reduction_also_tries_column_tiles_with_their_own_source(monkeypatch):
     """A BatchNorm backward reading channels-last and writing NCHW (EfficientNet's squeeze-and-
     excitation tail) is crossed: a row kernel that also tries tiles of columns x rows, written anew

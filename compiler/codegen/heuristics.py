@@ -42,7 +42,10 @@ MIXED_STEP_ELEMENTS = 2048
 # of the 20 distinct mixed kernels over such rows in the measured sets (the LayerNorm backwards of
 # CrossViT, GC ViT, SAM's ViT, Twins, EVA-02, VOLO and DaViT; H100 and H200, 2026-11-27 to 29), 2 rows on
 # 2-4 warps for 4 more, where the default (8 rows on 4 warps) ran 1.0-2.7x the tuned time (geomean 1.72x).
-# Not A/B'd untuned on a GPU (bench/switch_ab.py --untuned); autotuning still tries 8 rows on 4 warps.
+# A/B'd untuned over the 20 cases with such a kernel (H200, 2026-11-29, bench/switch_ab.py --untuned): the
+# cases ran 0.735x the old default's time (geomean), 16 faster by 3 % or more (up to 1.9x: SAM's ViT,
+# Twins, GC ViT), 3 slower (DaViT's and FocalNet's LayerNorm backwards 1.09x, one ConvNeXt case 1.03x).
+# Autotuning still tries 8 rows on 4 warps.
 MIXED_SHORT_ROWS = (128, 256)
 MIXED_SHORT_ROWS_RULE = True  # the switch for bench/switch_ab.py --untuned
 # ...except rows of 257-1024 elements, which take 2 rows on 2 warps. Fitted over every mixed kernel
@@ -64,6 +67,24 @@ MIXED_MID_ROWS_RULE = True  # the switch for bench/switch_ab.py --untuned
 MIXED_MID_ROWS_STAGES = 3
 MIXED_PIPELINED_MIN_STEPS = 8
 MIXED_PIPELINED_RULE = True  # the switch for bench/switch_ab.py --untuned
+
+
+# Columns of 65-1024 rows, 64 of them or fewer (a BatchNorm's final pass over partial sums of 16-64
+# channels, a LayerNorm weight's over 64), are held whole, one a program on 4 warps: the looped default
+# (4 columns x 512 rows a step) launches a quarter as many programs. Autotuning picked exactly that for
+# 154 of the 175 such kernels in the stored rows of the measured sets (docs/bench-*.json, H100 and
+# H200, 2026-11-23 to 29), where the looped default ran, against the tuned time (geomean): 1.29x over
+# 62 kernels of 513-1024 rows, 1.14x over 94 of 257-512, 1.10x over 19 of 65-256. Over 65-256 columns
+# of 513-1024 rows (the pick for 44 of 68) it was tried too and left out: untuned, CrossViT's, CaiT's,
+# DaViT's and EVA-02's LayerNorm backwards ran 4-8 % slower (H200, 2026-11-29, bench/switch_ab.py).
+WHOLE_COLUMN_ROWS = (64, 1024)
+WHOLE_COLUMNS = 64
+WHOLE_SHORT_COLUMNS_RULE = True  # the switch for bench/switch_ab.py --untuned
+
+
+def is_whole_short_column(columns: int, rows: int) -> bool:
+    """Whether a column reduction's columns are held whole, one a program (WHOLE_COLUMN_ROWS)."""
+    return columns <= WHOLE_COLUMNS and WHOLE_COLUMN_ROWS[0] < next_power_of_2(rows) <= WHOLE_COLUMN_ROWS[1]
 
 
 @dataclass(frozen=True)
@@ -141,6 +162,8 @@ def _inner_config(shape: KernelShape) -> dict:
 
 def _outer_config(shape: KernelShape) -> dict:
     columns = next_power_of_2(shape.numel)
+    if WHOLE_SHORT_COLUMNS_RULE and is_whole_short_column(shape.numel, shape.rnumel):
+        return _config(1, next_power_of_2(shape.rnumel), 4, True) | {"outer": True}
     if next_power_of_2(shape.rnumel) <= 64:  # a few rows: a wide block of columns, ~2K elements per program
         rblock = next_power_of_2(shape.rnumel)
         # at least ~128 programs where there are columns enough (a second pass over split sums is small)

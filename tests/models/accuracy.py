@@ -4,16 +4,25 @@ Errors are root-mean-square over each tensor; integer results (BatchNorm's step 
 match exactly.
 
     reference = step_results(model64, name, batch)              # float64 copy, eager
-    eager = step_results(model32, name, batch)
+    eager = eager_steps(model32, name, batch)                    # eager on torch's threads, and on one
     compiled = step_results(model32b, name, batch, torch.compile(model32b, backend=...))
     assert not accuracy_failures(reference, eager, compiled)
 
 Every run reseeds torch's generator first, so dropout draws the same masks in all three.
+
+Eager's error is the larger of two eager runs' where two are given: on torch's threads and on one
+thread, whose reductions group their terms otherwise. One eager run is one sample of how rounding adds
+up, and where a value sums a whole tensor whose terms cancel, samples spread widely: HGNetV2's scalar
+affine parameters (y = a * x + b after each activation: b's gradient sums the next convolution's
+input gradient, which BatchNorm makes cancel) and MobileNetV4's loss erred 3-5x more on one thread
+than on two, where eager on one thread against eager on two broke the single-run rule on 3 and 2 values
+(tiny steps, CPU, 2026-11-29).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -51,11 +60,29 @@ def step_results(model: nn.Module, name: str, batch: dict, runner: nn.Module | N
     return StepResults(values)
 
 
-def accuracy_failures(reference: StepResults, eager: StepResults, compiled: StepResults) -> list[str]:
-    """Each value of the step that breaks the rule, with its errors; empty when all pass."""
+def eager_steps(model: nn.Module, name: str, batch: dict) -> list[StepResults]:
+    """Eager's step on torch's threads and on one thread (each on its own copy of `model`)."""
+    import copy
+
+    threads = torch.get_num_threads()
+    runs = [step_results(copy.deepcopy(model), name, batch)]
+    torch.set_num_threads(1)
+    try:
+        runs.append(step_results(copy.deepcopy(model), name, batch))
+    finally:
+        torch.set_num_threads(threads)
+    return runs
+
+
+def accuracy_failures(reference: StepResults, eager: StepResults | Sequence[StepResults],
+                      compiled: StepResults, floors: Mapping[str, float] | None = None) -> list[str]:
+    """Each value of the step that breaks the rule, with its errors; empty when all pass. `eager`:
+    one eager run, or several (eager_steps), the largest of their errors counting. `floors`: a larger
+    floor for the values whose names contain a key (a model's chaotic sums, tests/models/test_model_zoo.py)."""
+    eagers = [eager] if isinstance(eager, StepResults) else list(eager)
     failures = []
     for key, want in reference.values.items():
-        got, base = compiled.values.get(key), eager.values[key]
+        got, base = compiled.values.get(key), eagers[0].values[key]
         if got is None:
             failures.append(f"{key}: missing from the compiled step")
         elif got.shape != want.shape:
@@ -64,8 +91,9 @@ def accuracy_failures(reference: StepResults, eager: StepResults, compiled: Step
             if not torch.equal(got.cpu(), want.cpu()):
                 failures.append(f"{key}: integer values differ from eager's")
         else:
-            error, eager_error = rmse(got, want), rmse(base, want)
-            if error > MULTIPLIER * eager_error + floor(want):
+            error, eager_error = rmse(got, want), max(rmse(run.values[key], want) for run in eagers)
+            allowed = max([floor(want)] + [f for part, f in (floors or {}).items() if part in key])
+            if error > MULTIPLIER * eager_error + allowed:
                 failures.append(f"{key}: error {error:.3g}, eager's {eager_error:.3g}")
     return failures
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from accuracy import StepResults, accuracy_failures, step_results
+from accuracy import StepResults, accuracy_failures, eager_steps, step_results
 from client.backend import FusewireWarning
 from svc_helpers import ROOT
 from zoo import HELD_OUT, ZOO, build, float64_reference, make_batch
@@ -40,7 +40,8 @@ MODELS = list(ZOO)
 # Switch Transformers, Sequencer2D, FastViT, GC ViT, DPN; and an eighth (tests/models/zoo_held_out_8.py): XLNet,
 # Funnel Transformer, StableLM, Qwen2-MoE, PEGASUS-X, BoTNet, MixNet, Twins-SVT, BiT, SAM's ViT, MambaOut; and a
 # ninth (tests/models/zoo_held_out_9.py): Phi-3, OLMo-2, ESM-2, gpt-oss, Longformer, HaloNet, DaViT, TinyViT, RepViT,
-# InceptionNeXt, CrossViT
+# InceptionNeXt, CrossViT; and a tenth (tests/models/zoo_held_out_10.py): Granite, StarCoder2, BitNet, RoFormer, M2M100,
+# TNT, StarNet, VoVNet, EfficientFormerV2, HGNetV2, MobileNetV4
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight. Longformer reads its grouped keys through a
@@ -53,18 +54,28 @@ CALLS_CUSTOM_OPS = ("mixtral",)
 # (client/channels_last.py, "auto"); CI's CPU runs the same rewrite with channels_last="on"
 CONVOLUTIONAL = ("resnet", "efficientnet", "convnext", "mobilenetv3", "densenet", "convmixer", "poolformer")
 HERE = Path(__file__).parent
+# Values that sum a whole tensor whose terms cancel, so that which activations round across a ReLU's
+# edge decides their last digits: HGNetV2's scalar affine parameters (y = a * x + b after each
+# activation; b's gradient sums the next convolution's input gradient, which the BatchNorm after it
+# makes cancel). Over four batches their errors moved from parameter to parameter, up to 3x the larger
+# of eager's two runs', as eager on one thread against eager on two broke the plain rule on 3 of them;
+# with the forward graph alone compiled and the backward eager they missed too, the backward alone
+# compiled passed (CPU, 2026-11-29). Held to Inductor's floor for small tensors
+# (torch._dynamo.utils.same: a tolerance of 1e-4, a tenth of it); every other value keeps the rule.
+CHAOTIC_SUMS = {"hgnetv2": {".lab.": 1e-5}}
 
 
 @pytest.fixture(scope="module")
 def trained(api_server, tmp_path_factory):
-    """name -> (float64 reference, float32 eager, compiled, backend stats); each model trained once."""
+    """name -> (float64 reference, float32 eager runs (accuracy.eager_steps), compiled, backend stats); each
+    model trained once."""
     results: dict[str, tuple] = {}
 
     def train(name: str) -> tuple:
         if name not in results:
             model, batch = build(name, "tiny"), make_batch(name, "tiny")
             reference = step_results(float64_reference(model), name, batch)
-            eager = step_results(copy.deepcopy(model), name, batch)
+            eager = eager_steps(model, name, batch)
             with warnings.catch_warnings():
                 warnings.simplefilter("error", FusewireWarning)
                 values, stats = compiled_step(name, api_server.url, tmp_path_factory.mktemp(f"cache-{name}"))
@@ -83,7 +94,7 @@ def test_training_step_compiles_without_fallback_and_passes_the_accuracy_rule(tr
     # the LSTMs dynamo leaves to eager repeat) comes from the local cache
     served = stats.get("compiles", 0) + stats.get("remote_hits", 0) + stats.get("local_hits", 0)
     assert served >= stats["graphs"], stats
-    failures = accuracy_failures(reference, eager, compiled)
+    failures = accuracy_failures(reference, eager, compiled, CHAOTIC_SUMS.get(name))
     assert not failures, "\n".join(failures)
     if name in PROJECTS_ONE_INPUT_SEVERAL_TIMES:  # their q/k/v (and gate/up) ran as one GEMM each
         assert stats.get("grouped_linears", 0) > 0, stats
@@ -127,7 +138,7 @@ def test_dropout_drawn_in_kernels_trains_with_no_aten_dropout(trained, api_serve
                for step in Artifact.from_bytes(blob.read_bytes()).plan["steps"] if step["op"] == "extern"]
     assert "aten.randint.low" in targets
     assert not [t for t in targets if "dropout" in t or "bernoulli" in t], targets
-    _, eager, _, _ = trained("bert")
+    _, (eager, _), _, _ = trained("bert")
     assert values["loss"].item() == pytest.approx(eager.values["loss"].item(), rel=0.05)
     for key, grad in values.items():
         if not key.startswith("grad "):

@@ -759,6 +759,10 @@ from zoo_held_out_9 import HELD_OUT_9  # noqa: E402  (the ninth group, likewise)
 
 HELD_OUT.update(HELD_OUT_9)
 
+from zoo_held_out_10 import HELD_OUT_10  # noqa: E402  (the tenth group, likewise)
+
+HELD_OUT.update(HELD_OUT_10)
+
 
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
