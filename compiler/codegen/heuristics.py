@@ -69,14 +69,15 @@ MIXED_PIPELINED_MIN_STEPS = 8
 MIXED_PIPELINED_RULE = True  # the switch for bench/switch_ab.py --untuned
 
 
-# Columns of 65-1024 rows, 64 of them or fewer (a BatchNorm's final pass over partial sums of 16-64
-# channels, a LayerNorm weight's over 64), are held whole, one a program on 4 warps: the looped default
-# (4 columns x 512 rows a step) launches a quarter as many programs. Autotuning picked exactly that for
+# Columns of 65-1024 rows, 64 of them or fewer (the final pass of a BatchNorm's statistics or of a weight
+# gradient over partial sums of 16-64 channels), are held whole, one a program on 4 warps: the looped
+# default (4 columns x 512 rows a step) launches a quarter as many programs. Autotuning picked exactly that for
 # 154 of the 175 such kernels in the stored rows of the measured sets (docs/bench-*.json, H100 and
 # H200, 2026-11-23 to 29), where the looped default ran, against the tuned time (geomean): 1.29x over
 # 62 kernels of 513-1024 rows, 1.14x over 94 of 257-512, 1.10x over 19 of 65-256. Over 65-256 columns
 # of 513-1024 rows (the pick for 44 of 68) it was tried too and left out: untuned, CrossViT's, CaiT's,
-# DaViT's and EVA-02's LayerNorm backwards ran 4-8 % slower (H200, 2026-11-29, bench/switch_ab.py).
+# DaViT's and EVA-02's LayerNorm backwards ran 4-8 % slower (H200, 2026-11-29, bench/switch_ab.py), the
+# only cases of a sample of 47 to lose 3 % or more; the form kept was not timed again.
 WHOLE_COLUMN_ROWS = (64, 1024)
 WHOLE_COLUMNS = 64
 WHOLE_SHORT_COLUMNS_RULE = True  # the switch for bench/switch_ab.py --untuned
