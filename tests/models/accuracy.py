@@ -21,6 +21,7 @@ than on two, where eager on one thread against eager on two broke the single-run
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -62,8 +63,6 @@ def step_results(model: nn.Module, name: str, batch: dict, runner: nn.Module | N
 
 def eager_steps(model: nn.Module, name: str, batch: dict) -> list[StepResults]:
     """Eager's step on torch's threads and on one thread (each on its own copy of `model`)."""
-    import copy
-
     threads = torch.get_num_threads()
     runs = [step_results(copy.deepcopy(model), name, batch)]
     torch.set_num_threads(1)
@@ -82,7 +81,7 @@ def accuracy_failures(reference: StepResults, eager: StepResults | Sequence[Step
     eagers = [eager] if isinstance(eager, StepResults) else list(eager)
     failures = []
     for key, want in reference.values.items():
-        got, base = compiled.values.get(key), eagers[0].values[key]
+        got = compiled.values.get(key)
         if got is None:
             failures.append(f"{key}: missing from the compiled step")
         elif got.shape != want.shape:
