@@ -50,6 +50,7 @@ from compiler.paired_lanes import choose_lanes
 from compiler.unrolled_lanes import Unrolled, choose_unrolled
 from compiler.parallel_passes import combine_split_passes
 from compiler.pointwise_order import choose_pointwise_layout
+from compiler.reduction_order import order_reduced_dims
 from compiler.row_order import choose_row_order
 from compiler.single_programs import chain_single_programs
 from compiler.strided_fusion import strided_in_reduction
@@ -164,6 +165,7 @@ def schedule(program: Program, options: CompileOptions, judge: Any = None) -> Sc
 
 
 def _split_and_fuse(program: Program, options: CompileOptions, judge: Any) -> Schedule:
+    order_reduced_dims(program)
     split_reductions(program)
     producers = [n.name for n in gathered_producers(program)] if judge is not None else []
     if producers:  # recompute or store: schedule both ways, time both

@@ -120,3 +120,21 @@ def test_a_pool_whose_windows_are_never_clipped_divides_by_a_constant():
     grad = rand((2, 3, 7, 6), seed=1)
     assert "minimum" not in check(backward, rand((2, 3, 13, 11)), grad).kernel_sources
     assert "minimum" in check(clipped, rand((2, 3, 12, 11)), grad).kernel_sources  # rows: ceil(11 / 2) + 1 = 7
+
+
+def test_window_positions_inside_every_window_load_without_a_bounds_check(monkeypatch):
+    """HGNetV2's stem pools a 2x2 window of stride 1 over a map padded to 113 x 113 with ceil_mode:
+    every position of every window lies inside, so no load is masked. ResNet's 3x3 stride-2 pool with
+    padding 1 over an even map checks only its first row and column of positions."""
+    from compiler.lowering import pooling
+
+    stem = check(_pool([2, 2], [1, 1], [0, 0], 1, True), rand((2, 3, 13, 11), BF16)).kernel_sources
+    assert "& tmp" not in stem.split("tl.store")[0] and "-inf" in stem
+    def masked_loads(shape):
+        sources = check(_pool([3, 3], [2, 2], [1, 1]), rand(shape)).kernel_sources
+        return len([line for line in sources.splitlines() if "tl.load" in line and "& tmp" in line])
+
+    assert masked_loads((2, 3, 12, 10)) == 5  # the first row and column of positions: 3 + 3 - 1
+    assert masked_loads((2, 3, 13, 11)) == 8  # odd sizes: the last window's last row and column hang over too
+    monkeypatch.setattr(pooling, "STATIC_WINDOW_BOUNDS", False)
+    assert masked_loads((2, 3, 12, 10)) == 9

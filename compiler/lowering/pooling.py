@@ -54,21 +54,22 @@ def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, kernel_size: S
     dtype = compute_dtype(x.dtype)
     out_size = tuple(ctx.out_meta[0].shape)
 
+    rows_inside = [_always_inside(i * dh, sh, ph, out_size[-2], height) for i in range(kh)]
+    columns_inside = [_always_inside(j * dw, sw, pw, out_size[-1], width) for j in range(kw)]
+
     def window(ops, index):
         """(max, flat index of the max in the input's H x W plane) of the window at `index`."""
         oh, ow = index[-2], index[-1]
         best = ops.constant(float("-inf"), dtype)
-        first_h = ops.maximum(ops.index_expr(oh * sh - ph, "int64"), ops.constant(0, "int64"))
-        first_w = ops.maximum(ops.index_expr(ow * sw - pw, "int64"), ops.constant(0, "int64"))
+        first_h = _clamped_start(ops, oh * sh - ph, ph)
+        first_w = _clamped_start(ops, ow * sw - pw, pw)
         where = ops.add(ops.mul(first_h, ops.constant(width, "int64")), first_w)
         for i in range(kh):
             for j in range(kw):
                 h, w = oh * sh - ph + i * dh, ow * sw - pw + j * dw
-                hv, wv = ops.index_expr(h, "int64"), ops.index_expr(w, "int64")
-                inside = ops.logical_and(_in_range(ops, hv, height), _in_range(ops, wv, width))
                 position = list(index[:-2]) + [h, w]
-                value = ops.masked(inside, lambda position=position: ops.to_dtype(x.load(ops, position), dtype),
-                                   float("-inf"))
+                value = _window_load(ops, x, position, (rows_inside[i], columns_inside[j]), (height, width), dtype,
+                                     float("-inf"))
                 take = ops.logical_or(ops.gt(value, best), ops.isnan(value))
                 best = ops.where(take, value, best)
                 where = ops.where(take, ops.index_expr(h * width + w, "int64"), where)
@@ -139,16 +140,16 @@ def avg_pool2d(ctx: LoweringContext, x: TensorValue, kernel_size: Sequence[int],
     divisor = _divisor(((kh, sh, ph, height, out_h), (kw, sw, pw, width, out_w)), count_include_pad, divisor_override,
                        acc)
 
+    rows_inside = [_always_inside(i, sh, ph, out_h, height) for i in range(kh)]
+    columns_inside = [_always_inside(j, sw, pw, out_w, width) for j in range(kw)]
+
     def load(ops, index):
         oh, ow = index[-2], index[-1]
         total = ops.constant(0.0, acc)
         for i in range(kh):
             for j in range(kw):
-                h, w = oh * sh - ph + i, ow * sw - pw + j
-                hv, wv = ops.index_expr(h, "int64"), ops.index_expr(w, "int64")
-                inside = ops.logical_and(_in_range(ops, hv, height), _in_range(ops, wv, width))
-                position = list(index[:-2]) + [h, w]
-                value = ops.masked(inside, lambda position=position: ops.to_dtype(x.load(ops, position), acc), 0.0)
+                position = list(index[:-2]) + [oh * sh - ph + i, ow * sw - pw + j]
+                value = _window_load(ops, x, position, (rows_inside[i], columns_inside[j]), (height, width), acc, 0.0)
                 total = ops.add(total, value)
         return ops.truediv(total, divisor(ops, oh, ow))
 
@@ -221,6 +222,37 @@ def _never_clipped(kernel: int, stride: int, pad: int, extent: int, out_extent: 
     if count_include_pad:
         return last_start + kernel <= extent + pad
     return pad == 0 and last_start + kernel <= extent
+
+
+# A window offset that lies inside the input for every output position loads without a bounds check:
+# HGNetV2's 2x2 stride-1 pool over a padded 113 x 113 map checked 0 <= h < 113 at every one of its
+# four positions, in a kernel that also writes the cat around it (H200, 2026-11-29).
+STATIC_WINDOW_BOUNDS = True  # off: every position of every window is checked (A/B runs, bench/switch_ab.py)
+
+
+def _always_inside(offset: int, stride: int, pad: int, out_extent: int, extent: int) -> bool:
+    """Whether the window position `offset` past a window's start lies in [0, extent) for every
+    output position along a dim (the first window starts at -pad, the last at (out_extent - 1) * stride - pad)."""
+    first, last = offset - pad, (out_extent - 1) * stride - pad + offset
+    return STATIC_WINDOW_BOUNDS and out_extent > 0 and first >= 0 and last < extent
+
+
+def _window_load(ops, x: TensorValue, position: list, inside: tuple[bool, bool], extents: tuple[int, int],
+                 dtype: str, outside: float) -> Any:
+    """x at `position` (..., h, w) as `dtype`, or `outside` where h or w lies outside the input;
+    `inside`: whether each of h and w is known to lie inside, which needs no check."""
+    checks = [_in_range(ops, ops.index_expr(coordinate, "int64"), extent)
+              for coordinate, extent, known in zip(position[-2:], extents, inside) if not known]
+    if not checks:
+        return ops.to_dtype(x.load(ops, position), dtype)
+    valid = checks[0] if len(checks) == 1 else ops.logical_and(*checks)
+    return ops.masked(valid, lambda: ops.to_dtype(x.load(ops, position), dtype), outside)
+
+
+def _clamped_start(ops, start: Any, pad: int) -> Any:
+    """A window's first position along a dim, clamped at 0 where padding can put it before the input."""
+    value = ops.index_expr(start, "int64")
+    return ops.maximum(value, ops.constant(0, "int64")) if pad > 0 or not STATIC_WINDOW_BOUNDS else value
 
 
 def _in_range(ops, value: Any, extent: int) -> Any:
