@@ -167,18 +167,16 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         variants = [shape | {"loop_stages": ahead} for shape in shapes
                     for ahead in _loop_stages_tried(base, shape, pipelined)]
     elif base.get("outer") and not base["persistent"]:  # columns x rows per step; wide tiles want more warps
-        # (H200, 2026-11-27, bench/heuristic_fit.py over 322 cases: a warp across 128-256 columns, a
-        # step's rows in its threads, on 1-2 warps, never came within 3 % of the fastest candidate in
-        # 74 and 39 kernels, and is no longer tried)
-        variants = [{"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
-                    {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 128, "RBLOCK": 16, "num_warps": 8},
-                    # few columns (a mixed-order kernel's final pass): narrow blocks, more programs
-                    {"XBLOCK": 4, "RBLOCK": 256}, {"XBLOCK": 8, "RBLOCK": 128}, {"XBLOCK": 8, "RBLOCK": 64, "num_warps": 2},
-                    # short steps, twice the programs, as Inductor tiles them (H100, 2026-11-27: EfficientNet's
-                    # channels-last SE sum of 21504 x 196 bf16, Inductor's 16 x 32 15.1 us, our best 32 x 64 16.9)
-                    {"XBLOCK": 16, "RBLOCK": 32}, {"XBLOCK": 32, "RBLOCK": 32}]
+        variants = list(LOOPED_COLUMN_TILES)
         if can_regenerate and _next_power_of_2(kernel.rnumel) <= SHORT_COLUMN_ROWS:
             variants += _whole_columns(kernel.rnumel)
+    elif base["persistent"] and base.get("outer") and base["RBLOCK"] > 64 and base["XBLOCK"] > 1:
+        # a tile of short columns held whole (heuristics.SHORT_COLUMN_TILE_RULE): the other whole-column
+        # tiles and warps, and with a new source every looped tile a looped base would try
+        variants = [v for v in _whole_columns(kernel.rnumel) if v["XBLOCK"] != base["XBLOCK"]] + [{"num_warps": 8}]
+        if can_regenerate:
+            variants += [{"persistent": False, "XBLOCK": 32, "RBLOCK": 64}] + \
+                [{"persistent": False, "num_warps": 4} | v for v in LOOPED_COLUMN_TILES]
     elif base.get("unrolled"):  # cells of several outputs (compiler.unrolled_lanes): 1-4 cells a thread
         variants = [{"XBLOCK": x, "num_warps": w} for x, w in ((128, 2), (128, 4), (512, 4), (512, 8), (1024, 8))]
     elif kernel.rnumel == 1:
@@ -275,6 +273,21 @@ def _crossed_variants(kernel: Any) -> list[dict]:
         tiles += [{"XBLOCK": x, "num_warps": w} for x, w in ((4, 8), (8, 8), (8, 16), (16, 16))
                   if x * rblock <= CROSSED_PERSISTENT_RBLOCK * 8]
     return tiles
+
+
+# The looped tiles (columns x rows a step) tried for a column reduction; wide tiles want more warps.
+# (H200, 2026-11-27, bench/heuristic_fit.py over 322 cases: a warp across 128-256 columns, a step's
+# rows in its threads, on 1-2 warps, never came within 3 % of the fastest candidate in 74 and 39
+# kernels, and is no longer tried.)
+LOOPED_COLUMN_TILES = (
+    {"XBLOCK": 64, "RBLOCK": 32}, {"XBLOCK": 64, "RBLOCK": 8}, {"XBLOCK": 16, "RBLOCK": 128},
+    {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 128, "RBLOCK": 16, "num_warps": 8},
+    # few columns (a mixed-order kernel's final pass): narrow blocks, more programs
+    {"XBLOCK": 4, "RBLOCK": 256}, {"XBLOCK": 8, "RBLOCK": 128}, {"XBLOCK": 8, "RBLOCK": 64, "num_warps": 2},
+    # short steps, twice the programs, as Inductor tiles them (H100, 2026-11-27: EfficientNet's
+    # channels-last SE sum of 21504 x 196 bf16, Inductor's 16 x 32 15.1 us, our best 32 x 64 16.9)
+    {"XBLOCK": 16, "RBLOCK": 32}, {"XBLOCK": 32, "RBLOCK": 32},
+)
 
 
 def _whole_columns(rnumel: int) -> list[dict]:

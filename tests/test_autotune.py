@@ -608,6 +608,33 @@ def test_a_few_short_columns_are_held_whole_and_the_former_looped_tiles_still_tr
                                                    for c in candidate_configs(kernel)})  # without a new source
 
 
+@pytest.mark.parametrize("columns, rows, tile", [
+    (8192, 196, True), (4096, 129, True), (16383, 256, True),  # a channels-last BatchNorm's first pass
+    (16384, 196, False), (4095, 196, False), (8192, 128, False), (8192, 257, False),
+])
+def test_short_columns_of_many_outputs_are_held_whole_16_a_program(columns, rows, tile, monkeypatch):
+    """heuristics.SHORT_COLUMN_TILE_RULE: 4096-16383 columns of 129-256 rows, 16 columns a program with
+    their rows in registers; autotuning tries every tile a looped base would, with a new source, and
+    the looped default of before among them."""
+    from compiler.codegen import heuristics
+    from compiler.codegen.heuristics import KernelShape, launch_config
+
+    config = launch_config(KernelShape(columns, rows, True, outer=True), "cuda:sm_90")
+    assert (config["persistent"] and config["XBLOCK"] == 16 and config["RBLOCK"] == 256) is tile
+    if not tile:
+        return
+    kernel = types.SimpleNamespace(config=config, numel=columns, rnumel=rows)
+    key = lambda c: (c["XBLOCK"], c["RBLOCK"], c["num_warps"], c["persistent"])  # noqa: E731
+    tried = {key(c) for c in candidate_configs(kernel, can_regenerate=True)}
+    monkeypatch.setattr(heuristics, "SHORT_COLUMN_TILE_RULE", False)
+    looped = launch_config(KernelShape(columns, rows, True, outer=True), "cuda:sm_90")
+    assert not looped["persistent"]
+    before = {key(c) for c in candidate_configs(types.SimpleNamespace(config=looped, numel=columns, rnumel=rows),
+                                                can_regenerate=True)}
+    assert key(looped) in tried and tried >= before
+    assert all(c["persistent"] for c in candidate_configs(kernel))  # without a new source
+
+
 def test_a_crossed_reduction_also_tries_column_tiles_with_their_own_source(monkeypatch):
     """A BatchNorm backward reading channels-last and writing NCHW (EfficientNet's squeeze-and-
     excitation tail) is crossed: a row kernel that also tries tiles of columns x rows, written anew

@@ -81,11 +81,34 @@ MIXED_PIPELINED_RULE = True  # the switch for bench/switch_ab.py --untuned
 WHOLE_COLUMN_ROWS = (64, 1024)
 WHOLE_COLUMNS = 64
 WHOLE_SHORT_COLUMNS_RULE = True  # the switch for bench/switch_ab.py --untuned
+# Columns of 129-256 rows, 4096-16383 of them (the first pass of a channels-last BatchNorm's statistics
+# over 14 x 14 or 7 x 7 maps, split into chunks of 196 rows; an SE block's channel means), are held
+# 16 a program with their rows whole, on 4 warps. Over 96 such kernels of 4096-8191 columns in the
+# stored rows of the measured sets (docs/bench-*.json, H100 and H200, 2026-11-23 to 29) the looped
+# default (16 or 32 columns x 128 or 64 rows a step) ran 1.20x the tuned time, and this tile was
+# autotuning's most frequent pick (38, 8 more at 8 columns); where every candidate was timed
+# (bench/heuristic_fit.py, H200, 2026-11-27, 25 kernels) it ran 1.016x the fastest, the looped
+# default 1.161x. Over 8192-16383 columns it shared the most picks with 16 x 32 looped (24 and 26 of 63).
+# A/B'd untuned over 61 of the 122 cases it changes (H200, 2026-11-29, bench/switch_ab.py --untuned): the
+# cases ran 1.117x faster (geomean), 39 by 3 % or more (Res2Net's BatchNorm 88.8 -> 45.9 us, DPN's 27.3 ->
+# 16.7, HGNetV2's 41.2 -> 29.4), 3 slower by 4-10 % (MobileNetV3's and EdgeNeXt's channel sums of a
+# backward, MixNet's BatchNorm backward). Autotuning tries every tile it tried before (tuned, 6 of
+# them moved by 1 % or less).
+SHORT_COLUMN_TILE_ROWS = (128, 256)
+SHORT_COLUMN_TILE_COLUMNS = (4096, 16384)
+SHORT_COLUMN_TILE = 16
+SHORT_COLUMN_TILE_RULE = True  # the switch for bench/switch_ab.py --untuned
 
 
 def is_whole_short_column(columns: int, rows: int) -> bool:
     """Whether a column reduction's columns are held whole, one a program (WHOLE_COLUMN_ROWS)."""
     return columns <= WHOLE_COLUMNS and WHOLE_COLUMN_ROWS[0] < next_power_of_2(rows) <= WHOLE_COLUMN_ROWS[1]
+
+
+def is_short_column_tile(columns: int, rows: int) -> bool:
+    """Whether a column reduction's columns are held whole, SHORT_COLUMN_TILE a program."""
+    return SHORT_COLUMN_TILE_RULE and SHORT_COLUMN_TILE_COLUMNS[0] <= columns < SHORT_COLUMN_TILE_COLUMNS[1] and \
+        SHORT_COLUMN_TILE_ROWS[0] < next_power_of_2(rows) <= SHORT_COLUMN_TILE_ROWS[1]
 
 
 @dataclass(frozen=True)
@@ -165,6 +188,8 @@ def _outer_config(shape: KernelShape) -> dict:
     columns = next_power_of_2(shape.numel)
     if WHOLE_SHORT_COLUMNS_RULE and is_whole_short_column(shape.numel, shape.rnumel):
         return _config(1, next_power_of_2(shape.rnumel), 4, True) | {"outer": True}
+    if is_short_column_tile(shape.numel, shape.rnumel):
+        return _config(SHORT_COLUMN_TILE, next_power_of_2(shape.rnumel), 4, True) | {"outer": True}
     if next_power_of_2(shape.rnumel) <= 64:  # a few rows: a wide block of columns, ~2K elements per program
         rblock = next_power_of_2(shape.rnumel)
         # at least ~128 programs where there are columns enough (a second pass over split sums is small)
