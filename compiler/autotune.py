@@ -35,6 +35,7 @@ from typing import Any, Callable, Protocol
 from compiler.codegen import Generated, generate_kernel
 from compiler.codegen.aot import AotError, build_cubins, fits_target, shared_bytes
 from compiler.codegen.plan import build_plan, launch_grid
+from compiler.codegen.heuristics import tiled_outer_config
 from compiler.options import CompileOptions
 from compiler.dependencies import ReadWrites
 from compiler.graph import ITEMSIZES
@@ -172,11 +173,11 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
             variants += _whole_columns(kernel.rnumel)
     elif base["persistent"] and base.get("outer") and base["RBLOCK"] > 64 and base["XBLOCK"] > 1:
         # a tile of short columns held whole (heuristics.SHORT_COLUMN_TILE_RULE): the other whole-column
-        # tiles and warps, and with a new source every looped tile a looped base would try
+        # tiles and warps, and with a new source the looped default it replaced and every looped tile
         variants = [v for v in _whole_columns(kernel.rnumel) if v["XBLOCK"] != base["XBLOCK"]] + [{"num_warps": 8}]
         if can_regenerate:
-            variants += [{"persistent": False, "XBLOCK": 32, "RBLOCK": 64}] + \
-                [{"persistent": False, "num_warps": 4} | v for v in LOOPED_COLUMN_TILES]
+            variants += [tiled_outer_config(kernel.numel, kernel.rnumel)] + \
+                [{"persistent": False} | v for v in LOOPED_COLUMN_TILES]
     elif base.get("unrolled"):  # cells of several outputs (compiler.unrolled_lanes): 1-4 cells a thread
         variants = [{"XBLOCK": x, "num_warps": w} for x, w in ((128, 2), (128, 4), (512, 4), (512, 8), (1024, 8))]
     elif kernel.rnumel == 1:

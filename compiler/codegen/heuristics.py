@@ -102,7 +102,8 @@ SHORT_COLUMN_TILE_RULE = True  # the switch for bench/switch_ab.py --untuned
 
 def is_whole_short_column(columns: int, rows: int) -> bool:
     """Whether a column reduction's columns are held whole, one a program (WHOLE_COLUMN_ROWS)."""
-    return columns <= WHOLE_COLUMNS and WHOLE_COLUMN_ROWS[0] < next_power_of_2(rows) <= WHOLE_COLUMN_ROWS[1]
+    return WHOLE_SHORT_COLUMNS_RULE and columns <= WHOLE_COLUMNS and \
+        WHOLE_COLUMN_ROWS[0] < next_power_of_2(rows) <= WHOLE_COLUMN_ROWS[1]
 
 
 def is_short_column_tile(columns: int, rows: int) -> bool:
@@ -185,13 +186,19 @@ def _inner_config(shape: KernelShape) -> dict:
 
 
 def _outer_config(shape: KernelShape) -> dict:
-    columns = next_power_of_2(shape.numel)
-    if WHOLE_SHORT_COLUMNS_RULE and is_whole_short_column(shape.numel, shape.rnumel):
+    if is_whole_short_column(shape.numel, shape.rnumel):
         return _config(1, next_power_of_2(shape.rnumel), 4, True) | {"outer": True}
     if is_short_column_tile(shape.numel, shape.rnumel):
         return _config(SHORT_COLUMN_TILE, next_power_of_2(shape.rnumel), 4, True) | {"outer": True}
-    if next_power_of_2(shape.rnumel) <= 64:  # a few rows: a wide block of columns, ~2K elements per program
-        rblock = next_power_of_2(shape.rnumel)
+    return tiled_outer_config(shape.numel, shape.rnumel)
+
+
+def tiled_outer_config(numel: int, rnumel: int) -> dict:
+    """A column reduction's config where no rule holds its columns whole: a wide block of columns
+    over a few rows, else a block of columns x rows a step."""
+    columns = next_power_of_2(numel)
+    if next_power_of_2(rnumel) <= 64:  # a few rows: a wide block of columns, ~2K elements per program
+        rblock = next_power_of_2(rnumel)
         # at least ~128 programs where there are columns enough (a second pass over split sums is small)
         xblock = min(columns, 1024, max(32, 2048 // rblock), max(32, columns // 128))
         return _config(xblock, rblock, outer_warps(xblock), True) | {"outer": True}
@@ -200,7 +207,7 @@ def _outer_config(shape: KernelShape) -> dict:
     # partial sums: 768 columns x 512 partials) take narrower blocks, so that the GPU still gets
     # programs enough, and longer steps (H100, 2026-11-24: 32 columns, 24 programs, 8.4-9.8 us).
     xblock = min(columns, 32, max(4, columns // OUTER_MIN_PROGRAMS))
-    rblock = max(64, min(next_power_of_2(shape.rnumel), 2048 // xblock))
+    rblock = max(64, min(next_power_of_2(rnumel), 2048 // xblock))
     return _config(xblock, rblock, 4, False) | {"outer": True}
 
 

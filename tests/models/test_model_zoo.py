@@ -11,7 +11,6 @@ tuned on them) must train without fallback and pass the same rule."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
