@@ -35,7 +35,7 @@ from typing import Any, Callable, Protocol
 from compiler.codegen import Generated, generate_kernel
 from compiler.codegen.aot import AotError, build_cubins, fits_target, shared_bytes
 from compiler.codegen.plan import build_plan, launch_grid
-from compiler.codegen.heuristics import tiled_outer_config
+from compiler.codegen.heuristics import NARROW_TILE_COLUMNS, tiled_outer_config
 from compiler.options import CompileOptions
 from compiler.dependencies import ReadWrites
 from compiler.graph import ITEMSIZES
@@ -162,6 +162,9 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         variants = [{"XBLOCK": x, "RBLOCK": r} for x, r in ((32, 32), (32, 128), (128, 32), (16, 64), (64, 16))]
         variants += [{"num_warps": 8}]
         variants += [{"XBLOCK": x, "RBLOCK": r, "num_warps": 8} for x, r in ((64, 128), (128, 64))]
+        if base["RBLOCK"] <= NARROW_TILE_COLUMNS:  # few columns: more or fewer rows, as many columns
+            variants += [{"XBLOCK": x, "num_warps": w} for x in (64, 256, 512, 1024, 2048) for w in (4, 8)
+                         if x != base["XBLOCK"] or w != base["num_warps"]]
     elif base.get("mix_rows"):  # rows per step, warps and loads ahead; the rows per program are the split's
         shapes = [{}] + [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
         pipelined = can_regenerate and PIPELINED_LOOPS and getattr(kernel, "pipelinable", False)

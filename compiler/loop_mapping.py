@@ -106,25 +106,54 @@ def map_group(nodes: list[ComputeNode], read_writes: dict[str, ReadWrites]) -> G
     """Maps every node onto one kernel space, or raises FusionRefused."""
     if len(nodes) > 1 and any(0 in n.ranges + n.reduction_ranges for n in nodes):
         raise FusionRefused("an empty loop nest has nothing to share")
+    group, by_shape = _mapped_nodes(nodes, read_writes, shapes_last=False)
+    try:
+        check_consistent(nodes, group, read_writes)
+    except FusionRefused:
+        if not (ACCESSES_BEFORE_SHAPES and by_shape):
+            raise
+        group, _ = _mapped_nodes(nodes, read_writes, shapes_last=True)
+        check_consistent(nodes, group, read_writes)
+    return group
+
+
+# A node mapped by its shape alone (_same_space_mapping, _row_split_mapping) before the node it shares a
+# buffer with was mapped takes its own order, which that buffer's reader may not share: xLSTM's head-wise
+# norm permutes (batch, head, time) rows to (batch, time, head) between a division and the reduction, and the
+# division, met first, was laid on the rows in its own order, so the group was refused. Where the first
+# mapping is refused, the nodes are mapped again with every access inverted before any shape is used.
+ACCESSES_BEFORE_SHAPES = True
+
+
+def _mapped_nodes(nodes: list[ComputeNode], read_writes: dict[str, ReadWrites],
+                  shapes_last: bool) -> tuple[GroupMapping, bool]:
+    """(every node laid onto the kernel, whether some node was mapped by its shape alone). With
+    `shapes_last`, a shape is used only when no pending node shares an access with a mapped one."""
     anchor = next((n for n in nodes if n.is_reduction), nodes[0])
     numel, rnumel = anchor.numel, anchor.rnumel if anchor.is_reduction else 1
     bounds = {XINDEX: numel, RINDEX: rnumel}
     mapped: dict[str, NodeMapping] = {anchor.name: _direct_mapping(anchor, bounds)}
     by_name = {n.name: n for n in nodes}
     pending = [n for n in nodes if n.name != anchor.name]
+    by_shape = False
     while pending:
         progress = False
         for node in list(pending):
-            mapping = _derive(node, mapped, by_name, read_writes, bounds)
+            mapping, shaped = _inverted_mapping(node, mapped, read_writes, bounds), False
+            if mapping is None and not shapes_last:
+                mapping = _shape_mapping(node, mapped, by_name, bounds)
+                shaped = mapping is not None
             if mapping is not None:
-                mapped[node.name] = mapping
+                mapped[node.name], progress, by_shape = mapping, True, by_shape or shaped
                 pending.remove(node)
-                progress = True
+        if not progress and shapes_last:
+            node = next((n for n in pending if _shape_mapping(n, mapped, by_name, bounds) is not None), None)
+            if node is not None:  # one at a time: the others may now invert an access of this one
+                mapped[node.name], progress, by_shape = _shape_mapping(node, mapped, by_name, bounds), True, True
+                pending.remove(node)
         if not progress:
             raise FusionRefused(f"no shared access maps {pending[0].name} into the kernel's loops")
-    group = GroupMapping(numel, rnumel, mapped)
-    check_consistent(nodes, group, read_writes)
-    return group
+    return GroupMapping(numel, rnumel, mapped), by_shape
 
 
 def _direct_mapping(node: ComputeNode, bounds: dict[sympy.Symbol, int]) -> NodeMapping:
@@ -155,8 +184,10 @@ def memory_order(node: ComputeNode) -> list[int]:
     return sorted(range(len(node.ranges)), key=lambda d: -layout.stride[d])
 
 
-def _derive(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str, ComputeNode],
-            read_writes: dict[str, ReadWrites], bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
+def _inverted_mapping(node: ComputeNode, mapped: dict[str, NodeMapping], read_writes: dict[str, ReadWrites],
+                      bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
+    """A reduction's own loops (it must span the kernel), or a pointwise node's found by inverting one of
+    its accesses onto an access of a mapped node to the same buffer."""
     if node.is_reduction:
         if (node.numel, node.rnumel) != (bounds[XINDEX], bounds[RINDEX]):
             raise FusionRefused(
@@ -172,6 +203,12 @@ def _derive(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str
             mapping = _invert(node, index, kernel_index, bounds)
             if mapping is not None:
                 return mapping
+    return None
+
+
+def _shape_mapping(node: ComputeNode, mapped: dict[str, NodeMapping], by_name: dict[str, ComputeNode],
+                   bounds: dict[sympy.Symbol, int]) -> NodeMapping | None:
+    """A node's loops laid by its shape alone, where no access inverts (check_consistent confirms them)."""
     return _same_space_mapping(node, mapped, by_name, bounds) or _row_split_mapping(node, bounds)
 
 

@@ -98,6 +98,17 @@ def test_a_looped_column_reduction_is_also_tried_in_short_steps_of_narrow_tiles(
     assert {(16, 32), (32, 32)} <= tiles
 
 
+def test_a_narrow_transpose_is_tried_in_tiles_of_as_many_columns_and_64_to_2048_rows():
+    import torch
+
+    # NesT's heads moved last: a 2D tile of 3 columns (4 with the mask), 1024 rows by the heuristic
+    kernel = _first_kernel(lambda a: a.to(torch.bfloat16).permute(0, 2, 3, 4, 1).contiguous(),
+                           torch.randn(8, 3, 32, 65, 32))  # 532480 rows: 260 programs of 2048
+    assert kernel.config.get("tiled") and (kernel.config["XBLOCK"], kernel.config["RBLOCK"]) == (1024, 4)
+    tiles = {(c["XBLOCK"], c["RBLOCK"], c["num_warps"]) for c in candidate_configs(kernel)}
+    assert {(x, 4, w) for x in (64, 256, 512, 1024, 2048) for w in (4, 8)} <= tiles
+
+
 @pytest.mark.parametrize("width, warps", [(768, {1, 2}), (2048, {2}), (8192, set())])
 def test_a_persistent_row_is_tried_one_per_program_on_few_warps_while_it_fits_in_registers(width, warps):
     import torch

@@ -401,23 +401,27 @@ LATER_HELD_OUT_SETS = {  # folder: (its sources, its fewest cases)
     "held_out_10_images": ({"halonet", "davit", "tiny_vit", "repvit", "inception_next", "crossvit"}, 110),
     "held_out_11": ({"granite", "starcoder2", "bitnet", "roformer"}, 50),
     "held_out_11_images": ({"tnt", "starnet", "vovnet", "efficientformerv2", "hgnetv2", "mobilenetv4"}, 110),
+    "held_out_12": ({"qwen3_next", "recurrent_gemma", "xlstm", "apertus"}, 180),
+    "held_out_12_images": ({"convit", "nest", "lambda_resnet", "ghostnetv2", "dla"}, 90),
 }
 # the sets each later set was deduplicated against (--exclude-dir), the first few of EARLIER_SETS
 EARLIER_SETS = ("held_out", "held_out_2", "channels_last", "held_out_channels_last", "held_out_2_channels_last",
                 "held_out_3", "held_out_3_images", "held_out_4_images", "held_out_5", "held_out_5_images", "held_out_6",
                 "held_out_6_images", "held_out_7", "held_out_7_images", "held_out_autocast", "held_out_8",
-                "held_out_8_images", "held_out_9", "held_out_9_images", "held_out_10", "held_out_10_images")
+                "held_out_8_images", "held_out_9", "held_out_9_images", "held_out_10", "held_out_10_images",
+                "held_out_11", "held_out_11_images")
 EARLIER_COUNT = {"held_out_3": 5, "held_out_3_images": 5, "held_out_4_images": 7, "held_out_5": 8,
                  "held_out_5_images": 8, "held_out_6": 10, "held_out_6_images": 10, "held_out_7": 12,
                  "held_out_7_images": 12, "held_out_8": 15, "held_out_8_images": 15,
                  "held_out_9": 17, "held_out_9_images": 17, "held_out_10": 19, "held_out_10_images": 19,
-                 "held_out_11": 21, "held_out_11_images": 21}
+                 "held_out_11": 21, "held_out_11_images": 21, "held_out_12": 23, "held_out_12_images": 23}
 # the zoo group each later set was captured from
 SET_GROUP = {"held_out_4_images": "HELD_OUT_3", "held_out_5": "HELD_OUT_4", "held_out_5_images": "HELD_OUT_4",
              "held_out_6": "HELD_OUT_5", "held_out_6_images": "HELD_OUT_5", "held_out_7": "HELD_OUT_6",
              "held_out_7_images": "HELD_OUT_6", "held_out_8": "HELD_OUT_7", "held_out_8_images": "HELD_OUT_7",
              "held_out_9": "HELD_OUT_8", "held_out_9_images": "HELD_OUT_8", "held_out_10": "HELD_OUT_9",
-             "held_out_10_images": "HELD_OUT_9", "held_out_11": "HELD_OUT_10", "held_out_11_images": "HELD_OUT_10"}
+             "held_out_10_images": "HELD_OUT_9", "held_out_11": "HELD_OUT_10", "held_out_11_images": "HELD_OUT_10",
+             "held_out_12": "HELD_OUT_11", "held_out_12_images": "HELD_OUT_11"}
 
 
 @pytest.mark.parametrize("folder", sorted(LATER_HELD_OUT_SETS))
@@ -431,7 +435,8 @@ def test_the_later_held_out_sets_hold_only_their_models_one_case_per_family(fold
     held_out_8_images for the seventh (Switch Transformers' and Sequencer2D's captures failed), held_out_9
     and held_out_9_images for the eighth (Funnel's and PEGASUS-X's cases captured on the CPU), held_out_10
     and held_out_10_images for the ninth (Longformer's capture failed), held_out_11 and held_out_11_images for
-    the tenth (M2M100's capture failed), none of their cases in an earlier set."""
+    the tenth (M2M100's capture failed), held_out_12 and held_out_12_images for the eleventh (DBRX's capture
+    failed), none of their cases in an earlier set."""
     import zoo
     from bench.model_cases import family_key, one_per_family
 

@@ -66,3 +66,24 @@ def test_a_sum_over_a_dim_of_one_element_is_pointwise_and_tiled_when_transposed(
     kernels = artifact.manifest["kernels"]
     assert kernels and all(k["rnumel"] == 1 or k["config"].get("tiled") for k in kernels)
     assert any(k["config"].get("tiled") for k in kernels)
+
+
+@pytest.mark.parametrize("narrow_rule", [True, False])
+def test_a_permute_copy_with_a_short_last_dim_gets_tall_tiles(narrow_rule, monkeypatch):
+    """A copy that moves a dim of 3 last (NesT's heads, an image's channels; fp32 in, bf16 out) is
+    tiled 3 columns (4 with the mask) by 1024 rows, a tile of 64 x 64's elements, where 64 rows
+    left a program 192 elements (heuristics.NARROW_TILE_RULE); the result is eager's either way."""
+    from compiler.codegen import heuristics
+
+    monkeypatch.setattr(heuristics, "NARROW_TILE_RULE", narrow_rule)
+    x = torch.randn(4, 3, 5, 37, 19)
+    artifact = compile_and_check(lambda a: a.to(torch.bfloat16).permute(0, 2, 3, 4, 1).contiguous(), x)
+    kernel = artifact.manifest["kernels"][0]
+    assert kernel["config"].get("tiled") and kernel["rnumel"] == 3
+    assert (kernel["config"]["XBLOCK"], kernel["config"]["RBLOCK"]) == ((1024, 4) if narrow_rule else (64, 4))
+
+
+def test_tile_rows_keep_wide_tiles_and_grow_narrow_ones():
+    from compiler.codegen.heuristics import tile_rows
+
+    assert [tile_rows(c) for c in (3, 4, 9, 16, 17, 64, 500)] == [1024, 1024, 256, 256, 64, 64, 64]

@@ -40,7 +40,8 @@ MODELS = list(ZOO)
 # Funnel Transformer, StableLM, Qwen2-MoE, PEGASUS-X, BoTNet, MixNet, Twins-SVT, BiT, SAM's ViT, MambaOut; and a
 # ninth (tests/models/zoo_held_out_9.py): Phi-3, OLMo-2, ESM-2, gpt-oss, Longformer, HaloNet, DaViT, TinyViT, RepViT,
 # InceptionNeXt, CrossViT; and a tenth (tests/models/zoo_held_out_10.py): Granite, StarCoder2, BitNet, RoFormer, M2M100,
-# TNT, StarNet, VoVNet, EfficientFormerV2, HGNetV2, MobileNetV4
+# TNT, StarNet, VoVNet, EfficientFormerV2, HGNetV2, MobileNetV4; and an eleventh (tests/models/zoo_held_out_11.py):
+# Qwen3-Next, RecurrentGemma, xLSTM, Apertus, DBRX, ConViT, NesT, LambdaResNet, GhostNetV2, DLA
 TRAINED_MODELS = MODELS + list(HELD_OUT)
 # separate q/k/v linears (and LLaMA's gate/up): client/linear_groups.py groups them; GPT-2's and
 # ViT's attention already project q/k/v with one weight. Longformer reads its grouped keys through a
@@ -62,6 +63,16 @@ HERE = Path(__file__).parent
 # compiled passed (CPU, 2026-11-29). Held to Inductor's floor for small tensors
 # (torch._dynamo.utils.same: a tolerance of 1e-4, a tenth of it); every other value keeps the rule.
 CHAOTIC_SUMS = {"hgnetv2": {".lab.": 1e-5}}
+# DLA's last BatchNorm normalizes 8 values a channel (2 x 2 maps, 2 images) after some 30 BatchNorms in train
+# mode. Eager on a CPU accumulates BatchNorm's statistics in float64 and rounds once (its saved means and
+# inverse deviations err 0.3 float32 spacings, RMS); fusewire's kernels keep float32, two passes, one rsqrt,
+# as Inductor and eager on a GPU do (0.6 spacings). Each of DLA's two graphs passes the rule output by output
+# against a float64 run of the same graph (the worst, a saved mean, at 2.04x); over the whole step the
+# statistics' extra rounding reaches the logits, and that BatchNorm's bias gradient erred 2.5x eager's in
+# two of three batches (8.0e-6 against 3.3e-6 on values of RMS 0.2 in the first, which broke the rule; the
+# rule's floor covered the second). Inductor (CPU) breaks the plain rule on 6 to 150 values of each of the same
+# three batches (CPU, 2026-11-29). Held to Inductor's floor for small tensors, 1e-5, as HGNetV2's above.
+BATCH_STATISTICS_IN_FLOAT64 = {"dla": {"level5.root.bn.bias": 1e-5}}
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +104,8 @@ def test_training_step_compiles_without_fallback_and_passes_the_accuracy_rule(tr
     # the LSTMs dynamo leaves to eager repeat) comes from the local cache
     served = stats.get("compiles", 0) + stats.get("remote_hits", 0) + stats.get("local_hits", 0)
     assert served >= stats["graphs"], stats
-    failures = accuracy_failures(reference, eager, compiled, CHAOTIC_SUMS.get(name))
+    failures = accuracy_failures(reference, eager, compiled,
+                                  CHAOTIC_SUMS.get(name) or BATCH_STATISTICS_IN_FLOAT64.get(name))
     assert not failures, "\n".join(failures)
     if name in PROJECTS_ONE_INPUT_SEVERAL_TIMES:  # their q/k/v (and gate/up) ran as one GEMM each
         assert stats.get("grouped_linears", 0) > 0, stats

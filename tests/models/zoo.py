@@ -763,6 +763,10 @@ from zoo_held_out_10 import HELD_OUT_10  # noqa: E402  (the tenth group, likewis
 
 HELD_OUT.update(HELD_OUT_10)
 
+from zoo_held_out_11 import HELD_OUT_11  # noqa: E402  (the eleventh group, likewise)
+
+HELD_OUT.update(HELD_OUT_11)
+
 
 def spec(name: str) -> Spec:
     """A zoo or held-out model's entry; a clear KeyError for any other name."""
