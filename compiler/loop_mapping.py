@@ -10,7 +10,9 @@ else its first node) maps its loops onto the kernel directly; any other node tha
 accesses a buffer the mapped nodes access is mapped by inverting its own access
 (`a_U(u) == a_M(m(k))` solved for u). Inverting an access also reorders loops: a
 transpose + add maps the producer's (i, j) onto the consumer's (j, i) ("loop
-reordering"). A group whose accesses disagree is refused with the reason.
+reordering"). A node that shares no access with the nodes placed so far is placed by its shape;
+where that order is refused, the group is placed again with every access tried first
+(ACCESSES_BEFORE_SHAPES). A group whose accesses disagree is refused with the reason.
 """
 
 from __future__ import annotations
@@ -147,10 +149,12 @@ def _mapped_nodes(nodes: list[ComputeNode], read_writes: dict[str, ReadWrites],
                 mapped[node.name], progress, by_shape = mapping, True, by_shape or shaped
                 pending.remove(node)
         if not progress and shapes_last:
-            node = next((n for n in pending if _shape_mapping(n, mapped, by_name, bounds) is not None), None)
-            if node is not None:  # one at a time: the others may now invert an access of this one
-                mapped[node.name], progress, by_shape = _shape_mapping(node, mapped, by_name, bounds), True, True
-                pending.remove(node)
+            for node in pending:
+                mapping = _shape_mapping(node, mapped, by_name, bounds)
+                if mapping is not None:  # one at a time: the others may now invert an access of this one
+                    mapped[node.name], progress, by_shape = mapping, True, True
+                    pending.remove(node)
+                    break
         if not progress:
             raise FusionRefused(f"no shared access maps {pending[0].name} into the kernel's loops")
     return GroupMapping(numel, rnumel, mapped), by_shape
