@@ -9,7 +9,7 @@ up: setup
 	@.venv/bin/fusewire up
 
 # Run the whole test suite (exit 5, "no tests collected", counts as failure), in two processes
-# (pytest-xdist; the CI machine has two cores): 18-19 minutes there; in one process the suite took
-# 23:40 before the seventh held-out group's model tests were added.
+# (pytest-xdist; the CI machine has two cores): about 23 minutes there since the eleventh held-out group's
+# model tests were added (22:49, 2026-11-29); in one process the suite took 23:40 before the seventh's were.
 test: setup
 	@TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 tests
