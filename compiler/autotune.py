@@ -163,8 +163,7 @@ def candidate_configs(kernel: Any, can_regenerate: bool = False) -> list[dict]:
         variants += [{"num_warps": 8}]
         variants += [{"XBLOCK": x, "RBLOCK": r, "num_warps": 8} for x, r in ((64, 128), (128, 64))]
         if base["RBLOCK"] <= NARROW_TILE_COLUMNS:  # few columns: more or fewer rows, as many columns
-            variants += [{"XBLOCK": x, "num_warps": w} for x in (64, 256, 512, 1024, 2048) for w in (4, 8)
-                         if x != base["XBLOCK"] or w != base["num_warps"]]
+            variants += [{"XBLOCK": x, "num_warps": w} for x in (64, 256, 512, 1024, 2048) for w in (4, 8)]
     elif base.get("mix_rows"):  # rows per step, warps and loads ahead; the rows per program are the split's
         shapes = [{}] + [{"XBLOCK": x, "num_warps": w} for x, w in MIXED_VARIANTS if base["mix_rows"] % x == 0]
         pipelined = can_regenerate and PIPELINED_LOOPS and getattr(kernel, "pipelinable", False)
